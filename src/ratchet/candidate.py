@@ -1,0 +1,117 @@
+"""Candidate files: a ``kernel(...)`` with the reference's parameters, and an optional ``SPACE``.
+
+This module only reads a candidate's source and validates configs; it never imports candidate code
+into the caller's process (that happens in the judge's worker). A config is a dict choosing one value
+for each SPACE key; its values arrive in ``kernel(...)`` as keyword arguments.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+
+class CandidateError(Exception):
+    """The candidate file or config is unusable; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    path: str
+    source: str
+    space: Mapping[str, tuple] = field(default_factory=dict)
+    kind: str = "ratchet"  # or "kernelbench" for a ModelNew file
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()
+
+    def default_config(self) -> dict[str, Any]:
+        """The first value of every SPACE key: the seed author's best guess."""
+        return {key: values[0] for key, values in self.space.items()}
+
+    def all_configs(self) -> list[dict[str, Any]]:
+        keys = list(self.space)
+        return [dict(zip(keys, combo)) for combo in itertools.product(*(self.space[k] for k in keys))]
+
+    def resolve_config(self, config: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Fill missing keys with defaults; a key or value outside SPACE is a CandidateError."""
+        resolved = self.default_config()
+        for key, value in (config or {}).items():
+            if key not in self.space:
+                known = ", ".join(self.space) or "none"
+                raise CandidateError(f"config key '{key}' is not in the candidate's SPACE (keys: {known})")
+            if value not in self.space[key]:
+                raise CandidateError(f"config {key}={value!r} is not in SPACE[{key!r}] = {list(self.space[key])}")
+            resolved[key] = value
+        return resolved
+
+
+def parse_config(text: str | None) -> dict[str, Any]:
+    """Parse ``--config`` JSON; anything but a JSON object is a CandidateError."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CandidateError(f"--config is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(value, dict):
+        raise CandidateError("--config must be a JSON object, e.g. '{\"BLOCK\": 1024}'")
+    return value
+
+
+def load_candidate(path: str | Path) -> Candidate:
+    """Read a candidate file and its SPACE without running it.
+
+    SPACE must be a literal dict of lists so that it can be read safely here; the worker checks again
+    that the imported module defines ``kernel`` with the right parameters.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CandidateError(f"candidate file not found: {path}")
+    source = path.read_text()
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except SyntaxError as exc:
+        raise CandidateError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+    names = _top_level_names(tree)
+    if "kernel" in names:
+        kind = "ratchet"
+    elif "ModelNew" in names:
+        kind = "kernelbench"
+    else:
+        raise CandidateError(f"{path}: defines no kernel(...) function (nor a KernelBench ModelNew class)")
+    space = _literal_space(tree, path)
+    return Candidate(path=str(path.resolve()), source=source, space=space, kind=kind)
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _literal_space(tree: ast.Module, path: Path) -> dict[str, tuple]:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SPACE" for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                raise CandidateError(f"{path}: SPACE must be a literal dict of lists") from None
+            if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, (list, tuple)) and len(v) > 0 for k, v in value.items()
+            ):
+                raise CandidateError(f"{path}: SPACE must map names to non-empty lists of values")
+            return {k: tuple(v) for k, v in value.items()}
+    return {}
