@@ -1,0 +1,129 @@
+"""Correctness rules, applied in the judge's own process to outputs the worker sent back.
+
+Outputs arrive as plain descriptions (see ``worker.describe_outputs``), never as objects the
+candidate could have subclassed, so nothing here runs candidate code.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from ratchet.judge.verdict import Reason
+from ratchet.task import Task, Tolerance
+
+# The worker fills freed memory with 0xFF bytes before each correctness call: NaN in every float
+# dtype, -1 in signed integers. An output still holding that pattern was never written.
+POISON_BYTE = 0xFF
+
+
+def as_tuple(value: Any) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def tensor_from_description(desc: dict) -> torch.Tensor:
+    dtype = getattr(torch, desc["dtype"].removeprefix("torch."))
+    flat = torch.frombuffer(bytearray(desc["data"]), dtype=dtype) if desc["data"] else torch.empty(0, dtype=dtype)
+    return flat.reshape(desc["shape"])
+
+
+def check_structure(descs: Sequence[dict], refs: Sequence[torch.Tensor], expected_device: str) -> list[Reason]:
+    """Type, count, dtype, shape, device and density of every output against the reference's."""
+    if len(descs) != len(refs):
+        return [Reason("wrong_type", f"kernel returned {len(descs)} outputs, the reference {len(refs)}")]
+    reasons = []
+    for i, (desc, ref) in enumerate(zip(descs, refs)):
+        name = f"output {i}"
+        if desc["type"] != "torch.Tensor":
+            code = "not_dense" if desc.get("is_tensor") else "wrong_type"
+            reasons.append(Reason(code, f"{name} is {desc['type']}, not a plain torch.Tensor"))
+            continue
+        if not desc["dense"]:
+            reasons.append(Reason("not_dense", f"{name} is a view or strided tensor without its own dense storage"))
+        if desc["shape"] != list(ref.shape):
+            reasons.append(Reason("wrong_shape", f"{name} has shape {desc['shape']}, expected {list(ref.shape)}"))
+        if desc["device"].split(":")[0] != expected_device:
+            reasons.append(Reason("wrong_device", f"{name} is on {desc['device']}, expected {expected_device}"))
+        if desc.get("aliases"):
+            reasons.append(Reason("not_dense", f"{name} shares storage with {desc['aliases']}"))
+    return reasons
+
+
+def check_dtypes(descs: Sequence[dict], expected: Sequence[torch.dtype]) -> list[Reason]:
+    return [
+        Reason("wrong_dtype", f"output {i} is {d['dtype']}, expected {e}")
+        for i, (d, e) in enumerate(zip(descs, expected))
+        if d["dtype"] != str(e)
+    ]
+
+
+def is_poison(t: torch.Tensor) -> torch.Tensor:
+    """Elements whose bytes are all the poison byte."""
+    if t.numel() == 0:
+        return torch.zeros_like(t, dtype=torch.bool)
+    raw = t.contiguous().view(torch.uint8).reshape(*t.shape, t.element_size())
+    return (raw == POISON_BYTE).all(dim=-1)
+
+
+def compare_close(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, label: str) -> list[Reason]:
+    """Every element within ``atol + rtol * |ref|``; NaN/Inf only where the reference has them."""
+    ref = ref.to(torch.float64)
+    got = out.to(torch.float64)
+    ref_finite = torch.isfinite(ref)
+    bad_nonfinite = ~torch.isfinite(got) & ref_finite
+    if bad_nonfinite.any():
+        poisoned = is_poison(out) & bad_nonfinite
+        if poisoned.any():
+            return [Reason("unwritten_output", f"{label}: {int(poisoned.sum())} elements never written (poison left)")]
+        return [Reason("nan_inf", f"{label}: {int(bad_nonfinite.sum())} NaN/Inf elements where the reference is finite")]
+    if out.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool):
+        wrong = got != ref
+        if wrong.any():
+            return [Reason("wrong_output", f"{label}: {int(wrong.sum())} of {ref.numel()} elements differ")]
+        return []
+    diff = (got - ref).abs()
+    allowed = tol.atol + tol.rtol * ref.abs()
+    both_nonfinite = ~ref_finite
+    bad = (diff > allowed) & ~both_nonfinite
+    # Same non-finite value on both sides is agreement (e.g. -inf logits masked the same way).
+    bad |= both_nonfinite & ~((got == ref) | (got.isnan() & ref.isnan()))
+    if not bad.any():
+        return []
+    count = int(bad.sum())
+    worst = int(torch.argmax(torch.where(bad, diff - allowed, torch.zeros_like(diff))))
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), ref.shape)) if ref.dim() else ()
+    return [
+        Reason(
+            "wrong_output",
+            f"{label}: {count} of {ref.numel()} elements beyond atol={tol.atol:g} rtol={tol.rtol:g}; "
+            f"worst at {index}: got {got.flatten()[worst].item():.6g}, expected {ref.flatten()[worst].item():.6g}",
+        )
+    ]
+
+
+def check_values(task: Task, inputs: tuple, outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
+                 dtype: torch.dtype, label: str) -> list[Reason]:
+    """The task's rule: a custom check if it has one, else the tolerance table for ``dtype``."""
+    if callable(task.check):
+        details = task.check(inputs, tuple(outs), tuple(refs), dtype)
+        return [Reason("wrong_output", f"{label}: {d}") for d in details]
+    tol = task.tolerances.get(dtype) or Tolerance(0.0, 0.0)
+    reasons = []
+    for i, (out, ref) in enumerate(zip(outs, refs)):
+        reasons += compare_close(out, ref, tol, f"{label} output {i}")
+    return reasons
+
+
+def inputs_unchanged(before: Sequence, after_descs: Sequence[dict | None], label: str) -> list[Reason]:
+    """Inputs after the call, as the worker sent them back, must equal what the judge made."""
+    for i, (orig, desc) in enumerate(zip(before, after_descs)):
+        if desc is None or not isinstance(orig, torch.Tensor):
+            continue
+        after = tensor_from_description(desc)
+        same = after.shape == orig.shape and torch.equal(
+            after.view(torch.uint8) if after.numel() else after, orig.cpu().contiguous().view(torch.uint8) if orig.numel() else orig.cpu()
+        )
+        if not same:
+            return [Reason("input_mutated", f"{label}: input {i} was modified by the kernel")]
+    return []

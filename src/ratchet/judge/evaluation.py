@@ -1,0 +1,320 @@
+"""One evaluation: correctness on every shape and dtype, then interleaved timing. TRUSTED.
+
+The reference's outputs exist only here; the candidate runs in its worker, the reference (for timing)
+in a worker of its own. Inputs come from a fresh secret seed per call, which this process also uses to
+remake the same inputs for checking.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ratchet.candidate import Candidate
+from ratchet.judge.check import (as_tuple, check_dtypes, check_structure, check_values, inputs_unchanged,
+                                 tensor_from_description)
+from ratchet.judge.process import Limits, WorkerFailure, WorkerProcess
+from ratchet.judge.timing import CPU_POLICY, GPU_POLICY, TimingPolicy, summarize
+from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES, Reason, ShapeResult, Verdict, verdict_from_reasons
+from ratchet.task import StatisticalRule, Task
+
+# A measured time under the roofline floor by more than this factor is impossible, not fast: measured
+# ceilings are a few percent under the true peak (a read-mostly kernel beats a copy by a little).
+ROOFLINE_SLACK = 1.15
+# Wall time the outside clock may see beyond the kernel's own timers and the reference's overhead,
+# before the difference is called hidden work (side streams, threads, patched clocks).
+CLOCK_SLACK_US = {"cuda": 50.0, "cpu": 1000.0}
+
+
+@dataclass(frozen=True)
+class JudgeOptions:
+    device: str = "cpu"
+    policy: TimingPolicy | None = None
+    limits: Limits = field(default_factory=Limits)
+    allow: tuple[str, ...] = ()  # forbidden ops the user allows
+    time_it: bool = True
+    ceilings: Any = None  # hardware.ceilings.Ceilings; measured when None
+
+
+class Abort(Exception):
+    """Stop the evaluation with these reasons."""
+
+    def __init__(self, reasons: list[Reason]):
+        self.reasons = reasons
+
+
+class Evaluation:
+    def __init__(self, task: Task, candidate: Candidate, config: dict, options: JudgeOptions):
+        self.task, self.candidate, self.config, self.opts = task, candidate, config, options
+        self.device = options.device
+        self.policy = options.policy or (GPU_POLICY if self.device == "cuda" else CPU_POLICY)
+        self.rng = random.Random(secrets.randbits(64))  # secret: never leaves this process
+        self.deadline = time.perf_counter() + options.limits.total_s
+        self.cand: WorkerProcess | None = None
+        self.ref: WorkerProcess | None = None
+        self.first_call = True
+
+    # -- the whole evaluation --------------------------------------------------------------------
+    def run(self) -> Verdict:
+        t0 = time.perf_counter()
+        verdict = Verdict("pass", task=self.task.name, candidate=self.candidate.path, config=self.config,
+                          device=self.device)
+        try:
+            self._start_workers()
+            rows = self._correctness()
+            if self.opts.time_it:
+                self._timing([r for r in rows if not r.held_out], verdict)
+            verdict.shapes = rows
+        except Abort as abort:
+            verdict.reasons = abort.reasons
+        except WorkerFailure as failure:
+            verdict.reasons = [Reason(failure.code, failure.detail)]
+        finally:
+            for worker in (self.cand, self.ref):
+                if worker is not None:
+                    worker.close()
+        verdict.verdict = verdict_from_reasons(verdict.reasons)
+        if verdict.verdict == "pass" and verdict.shapes:
+            verdict.speedup = weighted_geomean_speedup(verdict.shapes)
+        verdict.judge_wall_s = round(time.perf_counter() - t0, 3)
+        return verdict
+
+    def _start_workers(self):
+        limits = self.opts.limits
+        self.cand = WorkerProcess(limits, "candidate")
+        if self.opts.time_it:
+            self.ref = WorkerProcess(limits, "reference")
+        load = {"op": "load", "task": self.task.source_path or self.task.name, "device": self.device}
+        cand_reply, _ = self.cand.ask(dict(load, candidate=self.candidate.path, kind=self.candidate.kind,
+                                           config=self.config), limits.import_s)
+        self._raise_on_error(cand_reply)
+        if self.ref is not None:
+            ref_reply, _ = self.ref.ask(dict(load, candidate=None), limits.import_s)
+            if "error" in ref_reply:
+                raise Abort([Reason("reference_error", f"reference worker: {ref_reply['detail']}")])
+
+    # -- correctness -----------------------------------------------------------------------------
+    def shapes(self) -> list[tuple[dict, bool]]:
+        shape_set = self.task.shape_set(self.device)
+        public = [(dict(s), False) for s in shape_set.public]
+        held = [(s, True) for s in shape_set.held_out.draw(self.rng)] if shape_set.held_out else []
+        return public + held
+
+    def _correctness(self) -> list[ShapeResult]:
+        rows = []
+        for dtype in self.task.dtypes:
+            for shape, held_out in self.shapes():
+                self._check_shape(shape, dtype, held_out)
+                rows.append(ShapeResult(shape=shape, dtype=str(dtype).removeprefix("torch."), held_out=held_out,
+                                        weight=self.task.shape_weight(shape)))
+        return rows
+
+    def _check_shape(self, shape: dict, dtype: torch.dtype, held_out: bool):
+        rule = self.task.check if isinstance(self.task.check, StatisticalRule) else None
+        calls = 2  # two runs on different data
+        if rule:
+            calls = max(2, min(rule.max_calls, math.ceil(rule.min_draws / max(1, rule.draws(shape)))))
+        label = f"{'held-out ' if held_out else ''}shape {shape} {str(dtype).removeprefix('torch.')}"
+        pairs = []
+        for _ in range(calls):
+            seed = self.rng.getrandbits(62)
+            reply = self._call(self.cand, shape, dtype, seed, poison=True, profile=bool(self.task.forbidden),
+                               flush=False)
+            self._raise_on_flags(reply, label)
+            self._forbidden(reply.get("ops"), label)
+            fetched, _ = self.cand.ask({"op": "fetch", "inputs": True}, self.opts.limits.call_s)
+            pairs.append(self._verify(shape, dtype, seed, fetched, label, statistical=rule is not None))
+        if rule:
+            details = rule.test(pairs)
+            if details:
+                raise Abort([Reason("statistical", f"{label}: {d}") for d in details])
+
+    def _verify(self, shape, dtype, seed, fetched, label, statistical: bool):
+        """Check one call's outputs (and inputs after the call) against the reference here."""
+        inputs = self.make_inputs(shape, dtype, seed)
+        reasons = inputs_unchanged(inputs, fetched.get("inputs_after") or [], label)
+        native = as_tuple(self.task.reference(*inputs))
+        descs = fetched["outputs"]
+        reasons += check_structure(descs, native, self.device)
+        if not reasons:
+            reasons += check_dtypes(descs, [t.dtype for t in native])
+        if reasons:
+            raise Abort(reasons)
+        outs = tuple(tensor_from_description(d) for d in descs)
+        cpu_inputs = tuple(x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs)
+        if statistical:
+            return cpu_inputs, outs
+        upcast = tuple(x.to(self.task.reference_dtype) if isinstance(x, torch.Tensor) and x.is_floating_point()
+                       else x for x in inputs)
+        refs = tuple(r.cpu() for r in as_tuple(self.task.reference(*upcast)))
+        reasons = check_values(self.task, cpu_inputs, outs, refs, dtype, label)
+        if reasons:
+            raise Abort(reasons)
+        return cpu_inputs, outs
+
+    def make_inputs(self, shape, dtype, seed) -> tuple:
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        return self.task.make_inputs(shape, dtype, self.device, generator)
+
+    def _call(self, worker: WorkerProcess, shape, dtype, seed, **options) -> dict:
+        budget = self.opts.limits.first_call_s if self.first_call else self.opts.limits.call_s
+        budget = min(budget, max(1.0, self.deadline - time.perf_counter()))
+        msg = {"op": "call", "shape": shape, "dtype": str(dtype).removeprefix("torch."), "seed": seed,
+               "rng_seed": self.rng.getrandbits(62), "first_of_task": self.first_call, **options}
+        reply, wall = worker.ask(msg, budget)
+        if worker is self.cand:
+            self.first_call = False
+        reply["wall_us"] = wall * 1e6
+        self._raise_on_error(reply)
+        return reply
+
+    def _raise_on_error(self, reply: dict):
+        if "error" in reply:
+            code = reply["error"] if reply["error"] in ERROR_CODES or reply["error"] in FAIL_CODES else "worker_error"
+            raise Abort([Reason(code, reply.get("detail", ""))])
+
+    def _raise_on_flags(self, reply: dict, label: str):
+        reasons = []
+        if reply.get("deferred"):
+            reasons.append(Reason("deferred_write", f"{label}: an output changed after the kernel returned"))
+        for flag in reply.get("flags") or []:
+            code, _, detail = flag.partition(":")
+            reasons.append(Reason(code, f"{label}: {detail}"))
+        if reasons:
+            raise Abort(reasons)
+
+    def _forbidden(self, ops, label):
+        if not ops:
+            return
+        banned = set(self.task.forbidden) - set(self.opts.allow)
+        ran = sorted(banned.intersection(ops))
+        if ran:
+            raise Abort([Reason("forbidden_call", f"{label}: ran {', '.join(ran)} (allow with --allow {ran[0]})")])
+
+    # -- timing ----------------------------------------------------------------------------------
+    def _timing(self, rows: list[ShapeResult], verdict: Verdict):
+        from ratchet.hardware.ceilings import get_ceilings
+
+        ceilings = self.opts.ceilings or get_ceilings(self.device)
+        verdict.device_name = ceilings.device_name
+        for row in rows:
+            dtype = getattr(torch, row.dtype)
+            eager = self._time_mode(row.shape, dtype, "eager")
+            row.eager_median_us = eager["cand"][0]
+            row.mode, cand, ref = "eager", eager["cand"], eager["ref"]
+            row.times_us, row.ref_times_us = eager["cand_times"], eager["ref_times"]
+            if self.device == "cuda" and ref[0] < self.policy.graph_below_us:
+                graph = self._time_graph(row.shape, dtype)
+                if graph is not None:
+                    row.graph_median_us, row.ref_graph_median_us = graph["cand"][0], graph["ref"][0]
+                    row.mode, cand, ref = "graph", graph["cand"], graph["ref"]
+                    row.times_us, row.ref_times_us = graph["cand_times"], graph["ref_times"]
+                else:
+                    verdict.notes.append(f"shape {row.shape} {row.dtype}: not capturable in a CUDA graph")
+            row.median_us, row.iqr_us, row.rse = cand
+            row.ref_median_us, row.ref_iqr_us = ref[0], ref[1]
+            row.reps = len(row.times_us)
+            row.speedup = ref[0] / cand[0] if cand[0] > 0 else None
+            self._roofline(row, dtype, ceilings)
+
+    def _roofline(self, row: ShapeResult, dtype, ceilings):
+        cost = self.task.shape_cost(row.shape, dtype)
+        if cost is None or not row.median_us:
+            return
+        row.floor_us = ceilings.floor_us(cost.bytes, cost.flops)
+        row.achieved_tbps = cost.bytes / (row.median_us * 1e-6) / 1e12
+        row.achieved_tflops = cost.flops / (row.median_us * 1e-6) / 1e12 if cost.flops else 0.0
+        row.roofline_fraction = row.floor_us / row.median_us
+        if row.median_us * ROOFLINE_SLACK < row.floor_us:
+            raise Abort([Reason("beyond_roofline",
+                                f"shape {row.shape} {row.dtype}: {row.median_us:.2f} us is under the floor of "
+                                f"{row.floor_us:.2f} us ({row.achieved_tbps:.2f} TB/s against a measured "
+                                f"{ceilings.copy_tbps:.2f} TB/s)")])
+
+    def _time_graph(self, shape, dtype):
+        key = f"{shape}-{dtype}"
+        for worker in (self.cand, self.ref):
+            reply, _ = worker.ask({"op": "capture", "shape": shape, "dtype": str(dtype).removeprefix("torch."),
+                                   "seed": self.rng.getrandbits(62), "graph_key": key}, self.opts.limits.call_s)
+            if not reply.get("captured"):
+                return None
+        return self._time_mode(shape, dtype, "graph", graph_key=key)
+
+    def _time_mode(self, shape, dtype, mode: str, graph_key: str | None = None) -> dict:
+        """Interleaved batches of reference and candidate calls until both medians are tight."""
+        label = f"shape {shape} {str(dtype).removeprefix('torch.')} ({mode})"
+        policy = self.policy
+        sides = {"cand": self.cand, "ref": self.ref}
+        times = {"cand": [], "ref": []}
+        overhead = {"cand": [], "ref": []}
+        extra = {"mode": mode, "graph_key": graph_key, "flush": True}
+        for name, worker in sides.items():  # warm-up: the same calls as timed ones, numbers discarded
+            for _ in range(policy.warmup_calls):
+                reply = self._call(worker, shape, dtype, self.rng.getrandbits(62), **extra)
+                if name == "cand":
+                    self._raise_on_flags(reply, label)
+        started = time.perf_counter()
+        verified = 0
+        while True:
+            order = ["cand", "ref"]
+            self.rng.shuffle(order)
+            for name in order:
+                for _ in range(policy.batch):
+                    seed = self.rng.getrandbits(62)
+                    reply = self._call(sides[name], shape, dtype, seed, **extra)
+                    times[name].append(reply["us"])
+                    overhead[name].append(reply["wall_us"] - reply["us"])
+                    if name == "cand":
+                        self._raise_on_flags(reply, label)
+                        # Which timed calls get checked is decided after the call: the kernel cannot know.
+                        if verified == 0 or self.rng.random() < policy.verify_fraction:
+                            self._verify_timed(shape, dtype, seed, label)
+                            verified += 1
+            n = len(times["cand"])
+            cand, ref = summarize(times["cand"]), summarize(times["ref"])
+            tight = cand[2] < policy.target_rse and ref[2] < policy.target_rse and n >= policy.min_reps
+            spent = time.perf_counter() - started
+            if tight or spent > policy.cap_s * 2 or n >= policy.max_reps or time.perf_counter() > self.deadline:
+                break
+        self._clock_check(cand[0], overhead, label)
+        return {"cand": cand, "ref": ref, "cand_times": times["cand"], "ref_times": times["ref"]}
+
+    def _verify_timed(self, shape, dtype, seed, label):
+        fetched, _ = self.cand.ask({"op": "fetch", "inputs": False}, self.opts.limits.call_s)
+        rule = self.task.check if isinstance(self.task.check, StatisticalRule) else None
+        try:
+            pair = self._verify(shape, dtype, seed, fetched, label, statistical=rule is not None)
+            if rule and rule.test([pair]):
+                raise Abort([Reason("timed_output_wrong", f"{label}: a timed call's draws are not from the nucleus")])
+        except Abort as abort:
+            codes = {r.code for r in abort.reasons}
+            if codes & {"wrong_output", "nan_inf", "unwritten_output", "statistical"}:
+                raise Abort([Reason("timed_output_wrong", r.detail) for r in abort.reasons]) from None
+            raise
+
+    def _clock_check(self, cand_median_us: float, overhead: dict, label: str):
+        """The outside clock: per-call wall time beyond the kernel's timer, against the reference's."""
+        hidden = _median(overhead["cand"]) - _median(overhead["ref"])
+        slack = max(2 * cand_median_us, CLOCK_SLACK_US[self.device])
+        if hidden > slack:
+            raise Abort([Reason("clock_mismatch",
+                                f"{label}: {hidden:.0f} us per call seen by the outside clock beyond the "
+                                f"kernel's timed {cand_median_us:.1f} us (allowed {slack:.0f} us)")])
+
+
+def _median(xs: list[float]) -> float:
+    return summarize(xs)[0] if xs else 0.0
+
+
+def weighted_geomean_speedup(rows: list[ShapeResult]) -> float | None:
+    timed = [r for r in rows if r.speedup and not r.held_out]
+    if not timed:
+        return None
+    total = sum(r.weight for r in timed)
+    return math.exp(sum(r.weight * math.log(r.speedup) for r in timed) / total)

@@ -1,0 +1,325 @@
+"""The worker: the only process in which candidate code runs. TRUSTED harness, untrusted guest.
+
+Started by the judge with one socket (``--fd``) and nothing else worth finding: no reference outputs,
+no seeds beyond the call at hand. It makes each call's inputs from the seed that comes with that call
+(refilling the same buffers in place), runs the kernel, and answers with times and flags. Outputs go
+back as plain descriptions (type name, dtype, shape, bytes), so the judge never unpickles an object
+the candidate made. Run as ``python -m ratchet.judge.worker --fd N``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import inspect
+import os
+import sys
+import threading
+import traceback
+from multiprocessing.connection import Connection
+
+import torch
+
+from ratchet.judge import guards, timing  # saves the primitives before any candidate import
+from ratchet.judge.check import POISON_BYTE, as_tuple
+from ratchet.task import Task, load_task
+
+
+class Harness:
+    def __init__(self):
+        self.task: Task | None = None
+        self.kernel = None
+        self.config: dict = {}
+        self.device = "cpu"
+        self.buffers: dict = {}  # (shape, dtype) -> input tuple, refilled in place every call
+        self.last_outputs: tuple = ()
+        self.last_inputs: tuple = ()
+        self.flusher = None
+        self.graphs: dict = {}
+        self.census = None
+
+    # -- loading ---------------------------------------------------------------------------------
+    def load(self, msg: dict) -> dict:
+        self.device = msg["device"]
+        torch.set_grad_enabled(False)
+        if self.device == "cuda":
+            torch.cuda.init()
+            torch.cuda.set_per_process_memory_fraction(msg.get("memory_fraction", 0.4))
+            self.flusher = timing.L2Flusher(torch.device("cuda"))
+        self.task = load_task(msg["task"])
+        if msg.get("candidate") is None:
+            self.kernel = self.task.reference  # the reference, timed in a worker of its own
+        else:
+            module = _import_candidate(msg["candidate"])
+            if msg.get("kind") == "kernelbench":
+                from ratchet.kernelbench import kernel_from_modelnew
+
+                self.kernel = kernel_from_modelnew(module, self.task)
+            else:
+                self.kernel = getattr(module, "kernel", None)
+            if not callable(self.kernel):
+                return {"error": "missing_kernel", "detail": "the candidate defines no callable kernel(...)"}
+        self.config = dict(msg.get("config") or {})
+        self.census = guards.Census()
+        return {"ok": True, "pid": os.getpid()}
+
+    # -- one call --------------------------------------------------------------------------------
+    def inputs_for(self, shape: dict, dtype: torch.dtype, seed: int) -> tuple:
+        """Fresh inputs from ``seed``, written into the same buffers as the last call of this shape."""
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        fresh = self.task.make_inputs(shape, dtype, self.device, generator)
+        key = (tuple(sorted(shape.items())), str(dtype))
+        old = self.buffers.get(key)
+        if old is not None and _same_layout(old, fresh):
+            for dst, src in zip(old, fresh):
+                if isinstance(dst, torch.Tensor):
+                    dst.copy_(src)
+            merged = tuple(d if isinstance(d, torch.Tensor) else s for d, s in zip(old, fresh))
+        else:
+            merged = fresh
+        self.buffers = {key: merged}  # one shape at a time: free the previous shape's memory
+        return merged
+
+    def call(self, msg: dict) -> dict:
+        dtype = getattr(torch, msg["dtype"])
+        inputs = self.inputs_for(msg["shape"], dtype, msg["seed"])
+        self.last_inputs = inputs
+        self.last_outputs = ()
+        if msg.get("poison"):
+            self._poison(inputs)
+        cuda = self.device == "cuda"
+        if cuda and msg.get("flush", True):
+            self.flusher()
+        torch.manual_seed(msg["rng_seed"])
+        self.census.before()
+        profile = msg.get("profile") and self.task.forbidden
+        graph = self.graphs.get(msg.get("graph_key")) if msg.get("mode") == "graph" else None
+        if profile:
+            outs, elapsed_us, ops = self._profiled(inputs)
+        elif graph is not None:
+            outs, elapsed_us, ops = self._timed_graph(graph), None, None
+            elapsed_us, outs = outs
+        else:
+            (outs, elapsed_us), ops = self._timed(inputs), None
+        outs = as_tuple(outs)
+        # Deferred work: what the caller could read right at return must equal what is there once
+        # every stream and thread has finished.
+        snapshot = [o.clone() if type(o) is torch.Tensor else None for o in outs]
+        if cuda:
+            timing.synchronize()
+        self.census.settle()
+        flags = self.census.after()
+        deferred = any(s is not None and not _bitwise_equal(s, o) for s, o in zip(snapshot, outs))
+        self.last_outputs = outs
+        return {
+            "us": elapsed_us,
+            "deferred": deferred,
+            "flags": flags + guards.tampered_primitives() + guards.precision_flags_changed(),
+            "ops": ops,
+        }
+
+    def _timed(self, inputs: tuple):
+        if self.device == "cuda":
+            start, end = timing.Event(enable_timing=True), timing.Event(enable_timing=True)
+            start.record()
+            outs = self.kernel(*inputs, **self.config)
+            end.record()
+            timing.synchronize()
+            return outs, start.elapsed_time(end) * 1000.0
+        t0 = timing.perf_counter_ns()
+        outs = self.kernel(*inputs, **self.config)
+        return outs, (timing.perf_counter_ns() - t0) / 1000.0
+
+    def _timed_graph(self, graph):
+        start, end = timing.Event(enable_timing=True), timing.Event(enable_timing=True)
+        g, static_outs = graph
+        start.record()
+        g.replay()
+        end.record()
+        timing.synchronize()
+        return start.elapsed_time(end) * 1000.0, static_outs
+
+    def _profiled(self, inputs: tuple):
+        """One call under torch.profiler: the list of ops and kernels that really ran."""
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device == "cuda" else [])
+        with profile(activities=activities) as prof:
+            outs, _ = self._timed(inputs)
+            if self.device == "cuda":
+                timing.synchronize()
+        names = sorted({evt.name for evt in prof.events()})
+        return outs, None, names
+
+    def capture(self, msg: dict) -> dict:
+        """Capture the kernel into a CUDA graph on the current buffers; later calls replay it."""
+        dtype = getattr(torch, msg["dtype"])
+        inputs = self.inputs_for(msg["shape"], dtype, msg["seed"])
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                self.kernel(*inputs, **self.config)  # warm-up on a side stream, as capture requires
+            torch.cuda.current_stream().wait_stream(stream)
+            timing.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                outs = as_tuple(self.kernel(*inputs, **self.config))
+            timing.synchronize()
+        except Exception as exc:  # not capturable: a fact to report, not a verdict
+            torch.cuda.synchronize()
+            return {"captured": False, "detail": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+        self.graphs = {msg["graph_key"]: (g, outs)}
+        return {"captured": True}
+
+    def _poison(self, inputs: tuple):
+        """Fill free memory with 0xFF so an output that is allocated but never written shows it."""
+        nbytes = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
+        nbytes = max(4 * nbytes, 1 << 20)
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+        junk = torch.empty(nbytes, dtype=torch.uint8, device=self.device).fill_(POISON_BYTE)
+        del junk
+
+    def fetch(self, msg: dict) -> dict:
+        outs = describe_outputs(self.last_outputs, self.last_inputs)
+        ins = [describe_tensor(t) if isinstance(t, torch.Tensor) else None for t in self.last_inputs] if msg.get(
+            "inputs") else None
+        return {"outputs": outs, "inputs_after": ins}
+
+
+def describe_tensor(t: torch.Tensor) -> dict:
+    data = t.detach().contiguous().cpu()
+    return {"dtype": str(data.dtype), "shape": list(data.shape), "data": data.view(torch.uint8).numpy().tobytes()
+            if data.numel() else b""}
+
+
+def describe_outputs(outs: tuple, inputs: tuple) -> list[dict]:
+    """Plain facts about each output. Subclasses are named, never touched: touching runs their code."""
+    descs = []
+    storages = {}
+    for t in inputs:
+        if type(t) is torch.Tensor:
+            storages[t.untyped_storage().data_ptr()] = "an input"
+    for i, o in enumerate(outs):
+        kind = type(o)
+        name = f"{kind.__module__}.{kind.__qualname__}" if kind.__module__ != "torch" else f"torch.{kind.__qualname__}"
+        if kind is not torch.Tensor:
+            descs.append({"type": name, "is_tensor": isinstance(o, torch.Tensor)})
+            continue
+        storage = o.untyped_storage()
+        own = o.storage_offset() == 0 and storage.nbytes() == o.numel() * o.element_size()
+        desc = {"type": "torch.Tensor", "dense": bool(o.is_contiguous() and own), "device": str(o.device),
+                "aliases": storages.get(storage.data_ptr()) if o.numel() else None}
+        storages[storage.data_ptr()] = f"output {i}"
+        desc.update(describe_tensor(o))
+        descs.append(desc)
+    return descs
+
+
+def _same_layout(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(
+        (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype)
+        or (not isinstance(x, torch.Tensor) and not isinstance(y, torch.Tensor))
+        for x, y in zip(a, b)
+    )
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+def _import_candidate(path: str):
+    name = "ratchet_candidate"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def classify_exception(exc: BaseException, first_call: bool) -> tuple[str, str]:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    text = " ".join(text.split())[:2000]
+    names = {c.__name__ for c in type(exc).__mro__}
+    if isinstance(exc, torch.OutOfMemoryError):
+        return "out_of_memory", text
+    if names & {"CompilationError", "CompileTimeAssertionFailure", "BuildExtensionError"} or (
+        isinstance(exc, RuntimeError) and "Error building extension" in str(exc)):
+        return "compile_error", text
+    if isinstance(exc, TypeError) and "argument" in str(exc) and first_call:
+        return "bad_signature", text
+    return ("kernel_exception" if first_call else "shape_unsupported"), text
+
+
+def serve(conn: Connection):
+    harness = Harness()
+    calls = 0
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        op, nonce = msg["op"], msg.get("nonce")
+        try:
+            if op == "exit":
+                return
+            if op == "load":
+                try:
+                    reply = harness.load(msg)
+                except Exception as exc:
+                    code = "reference_error" if msg.get("candidate") is None else "import_error"
+                    reply = {"error": code, "detail": _one_line(exc)}
+            elif op == "call":
+                first = calls == 0
+                calls += 1
+                try:
+                    reply = harness.call(msg)
+                except Exception as exc:
+                    code, detail = classify_exception(exc, first or msg.get("first_of_task", False))
+                    reply = {"error": code, "detail": detail}
+                    if harness.device == "cuda":
+                        _sync_or_die()
+            elif op == "capture":
+                reply = harness.capture(msg)
+            elif op == "fetch":
+                reply = harness.fetch(msg)
+            else:
+                reply = {"error": "worker_error", "detail": f"unknown op {op}"}
+        except Exception as exc:  # a harness bug: report it rather than hang the judge
+            reply = {"error": "worker_error", "detail": _one_line(exc) + " | " + traceback.format_exc(limit=3)}
+        reply["nonce"] = nonce
+        conn.send(reply)
+
+
+def _sync_or_die():
+    """After a kernel raised on CUDA the context may be poisoned (illegal address): then exit."""
+    try:
+        torch.cuda.synchronize()
+    except Exception:
+        os._exit(3)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:2000]
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Ratchet judge worker (internal)")
+    parser.add_argument("--fd", type=int, required=True)
+    args = parser.parse_args()
+    conn = Connection(args.fd)
+    # The candidate's prints must not reach the judge's stdout (the JSON channel).
+    sys.stdout = sys.stderr
+    threading.excepthook = lambda args: None
+    gc.collect()
+    serve(conn)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Human-facing output: console tables now, HTML reports later."""

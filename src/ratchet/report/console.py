@@ -1,0 +1,40 @@
+"""A verdict as a Rich table, for people; ``--json`` is for programs."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ratchet.judge.verdict import Verdict
+
+_COLOR = {"pass": "green", "fail": "red", "error": "yellow"}
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_verdict(verdict: Verdict, console: Console | None = None):
+    console = console or Console()
+    color = _COLOR.get(verdict.verdict, "white")
+    speed = f"  speedup {verdict.speedup:.3f}x (weighted geometric mean)" if verdict.speedup else ""
+    console.print(f"[bold {color}]{verdict.verdict.upper()}[/]  {verdict.task}  {verdict.candidate}{speed}")
+    for reason in verdict.reasons:
+        console.print(f"  [{color}]{reason.code}[/]: {reason.detail}")
+    timed = [s for s in verdict.shapes if s.median_us is not None]
+    if timed:
+        table = Table(title=f"{verdict.device_name or verdict.device}, config {verdict.config or '{}'}")
+        for col in ("shape", "dtype", "mode", "median us", "IQR us", "ref us", "speedup", "TB/s", "roofline"):
+            table.add_column(col, justify="right" if col not in ("shape", "dtype", "mode") else "left")
+        for s in timed:
+            table.add_row(" ".join(f"{k}={v}" for k, v in s.shape.items()), s.dtype, s.mode,
+                          _fmt(s.median_us, ".2f"), _fmt(s.iqr_us, ".2f"), _fmt(s.ref_median_us, ".2f"),
+                          _fmt(s.speedup, ".3f"), _fmt(s.achieved_tbps, ".3f"),
+                          _fmt(s.roofline_fraction and 100 * s.roofline_fraction, ".1f") + "%")
+        console.print(table)
+    held = [s for s in verdict.shapes if s.held_out]
+    if held:
+        console.print(f"  held-out shapes checked: {', '.join(str(s.shape) for s in held)}")
+    for note in verdict.notes:
+        console.print(f"  note: {note}")
+    console.print(f"  judge wall time {verdict.judge_wall_s:.1f} s")

@@ -1,0 +1,55 @@
+"""RMSNorm in Triton: one program per row, fp32 accumulation, masked loads so any H works.
+
+If the chunk covers the row (BLOCK_H == 0 means next_power_of_2(H)), the row stays in registers and x
+is read from DRAM once. Otherwise the row is walked twice in BLOCK_H chunks: sum of squares, then
+scale and store (the second read of a row mostly hits L2).
+Measured on one H200 (bf16, do_bench): [16384, 8192] 136 us = 3.95 TB/s, [4096, 4096] 22 us; decode
+shapes (T <= 256) take 5-8 us, launch-bound. torch's fused rms_norm took 203 / 27 / 11-18 us there.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+SPACE = {"BLOCK_H": [0, 1024, 2048, 4096], "num_warps": [8, 4, 16]}
+
+
+@triton.jit
+def _rmsnorm_rows(x_ptr, w_ptr, out_ptr, stride_x, stride_out, H, eps,
+                  BLOCK: tl.constexpr, ONE_PASS: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)  # int64: T * H can pass 2^31 at long prefill
+    x_row = x_ptr + row * stride_x
+    out_row = out_ptr + row * stride_out
+    cols = tl.arange(0, BLOCK)
+    if ONE_PASS:
+        mask = cols < H
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + eps)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(out_row + cols, (x * rstd * w).to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        acc = tl.zeros([BLOCK], dtype=tl.float32)  # per-lane partial sums, reduced once at the end
+        for start in range(0, H, BLOCK):
+            mask = start + cols < H
+            x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+            acc += x * x
+        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / H + eps)
+        for start in range(0, H, BLOCK):
+            mask = start + cols < H
+            x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(out_row + start + cols, (x * rstd * w).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def kernel(x, weight, eps, BLOCK_H=0, num_warps=8):
+    if x.stride(-1) != 1:  # the kernel walks columns with unit stride
+        x = x.contiguous()
+    weight = weight.contiguous()
+    T, H = x.shape
+    out = torch.empty_like(x)
+    block = BLOCK_H or triton.next_power_of_2(H)
+    block = min(block, triton.next_power_of_2(H))  # a chunk wider than the row only wastes lanes
+    if T > 0:
+        _rmsnorm_rows[(T,)](x, weight, out, x.stride(0), out.stride(0), H, float(eps),
+                            BLOCK=block, ONE_PASS=block >= H, num_warps=num_warps)
+    return out

@@ -1,0 +1,2 @@
+def kernel(x, y, a):
+    return a * x - y

@@ -1,0 +1,12 @@
+"""Honest solution: the same nn.Linear (same init order, so parameters match) with ReLU fused in place."""
+
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return self.linear(x).relu_()

@@ -1,0 +1,87 @@
+"""The judge on a tiny task: honest candidates pass, wrong ones fail, broken ones error, and the
+test process lives through crashes, hangs and runaway allocation."""
+
+from pathlib import Path
+
+import pytest
+
+from ratchet.candidate import CandidateError, load_candidate
+from ratchet.judge import JudgeOptions, Limits, evaluate
+from ratchet.task import load_task
+
+DATA = Path(__file__).parent / "data"
+TASK = load_task(str(DATA / "tasks" / "axpby.py"))
+FAST = JudgeOptions(device="cpu", time_it=False)
+
+
+def judge(name, options=FAST, config=None):
+    return evaluate(TASK, load_candidate(DATA / "candidates" / f"axpby_{name}.py"), config, options)
+
+
+def codes(verdict):
+    return [r.code for r in verdict.reasons]
+
+
+def test_honest_passes_every_config():
+    for config in load_candidate(DATA / "candidates" / "axpby_honest.py").all_configs():
+        v = judge("honest", config=config)
+        assert v.verdict == "pass", v.reasons
+        assert v.reasons == []
+        assert [s.held_out for s in v.shapes] == [False, False, True]
+
+
+def test_honest_timed_has_speedup_and_rows():
+    v = judge("honest", JudgeOptions(device="cpu"))
+    assert v.verdict == "pass", v.reasons
+    public = [s for s in v.shapes if not s.held_out]
+    assert all(s.median_us > 0 and s.ref_median_us > 0 and s.reps >= 8 for s in public)
+    assert all(s.mode == "eager" for s in public)
+    assert v.speedup == pytest.approx(
+        (public[0].speedup * public[1].speedup) ** 0.5, rel=1e-9)
+    assert all(0 < s.roofline_fraction < 1.15 for s in public)
+
+
+@pytest.mark.parametrize("name, verdict, code", [
+    ("wrong", "fail", "wrong_output"),
+    ("numpy", "fail", "wrong_type"),
+    ("half", "fail", "wrong_output"),
+    ("forbidden", "fail", "forbidden_call"),
+    ("segfault", "error", "crash"),
+    ("exit", "error", "crash"),
+    ("import_error", "error", "import_error"),
+    ("bad_signature", "error", "bad_signature"),
+    ("raises", "error", "kernel_exception"),
+])
+def test_bad_candidates(name, verdict, code):
+    v = judge(name)
+    assert v.verdict == verdict, v.reasons
+    assert code in codes(v)
+
+
+def test_hang_is_a_timeout_error():
+    v = judge("hang", JudgeOptions(device="cpu", time_it=False, limits=Limits(first_call_s=3, call_s=3)))
+    assert v.verdict == "error" and codes(v) == ["timeout"]
+
+
+def test_runaway_allocation_is_stopped():
+    limits = Limits(rss_bytes=1 * 2**30, first_call_s=60)
+    v = judge("runaway", JudgeOptions(device="cpu", time_it=False, limits=limits))
+    assert v.verdict == "error" and codes(v) == ["out_of_memory"]
+
+
+def test_config_outside_space_is_rejected():
+    cand = load_candidate(DATA / "candidates" / "axpby_honest.py")
+    with pytest.raises(CandidateError, match="not in SPACE"):
+        cand.resolve_config({"INPLACE": 3})
+    with pytest.raises(CandidateError, match="not in the candidate's SPACE"):
+        cand.resolve_config({"BLOCK": 3})
+
+
+def test_file_without_kernel_is_a_candidate_error():
+    with pytest.raises(CandidateError, match="defines no kernel"):
+        load_candidate(DATA / "candidates" / "axpby_no_kernel.py")
+
+
+def test_syntax_error_is_a_candidate_error():
+    with pytest.raises(CandidateError, match="syntax error"):
+        load_candidate(DATA / "candidates" / "axpby_syntax.py")
