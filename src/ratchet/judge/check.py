@@ -25,7 +25,7 @@ def as_tuple(value: Any) -> tuple:
 def tensor_from_description(desc: dict) -> torch.Tensor:
     dtype = getattr(torch, desc["dtype"].removeprefix("torch."))
     flat = torch.frombuffer(bytearray(desc["data"]), dtype=dtype) if desc["data"] else torch.empty(0, dtype=dtype)
-    return flat.reshape(desc["shape"])
+    return flat.reshape(desc.get("data_shape", desc["shape"]))
 
 
 def check_structure(descs: Sequence[dict], refs: Sequence[torch.Tensor], expected_device: str) -> list[Reason]:

@@ -183,7 +183,7 @@ class Harness:
         del junk
 
     def fetch(self, msg: dict) -> dict:
-        outs = describe_outputs(self.last_outputs, self.last_inputs)
+        outs = describe_outputs(self.last_outputs, self.last_inputs, msg.get("sample"))
         ins = [describe_tensor(t) if isinstance(t, torch.Tensor) else None for t in self.last_inputs] if msg.get(
             "inputs") else None
         return {"outputs": outs, "inputs_after": ins}
@@ -191,12 +191,22 @@ class Harness:
 
 def describe_tensor(t: torch.Tensor) -> dict:
     data = t.detach().contiguous().cpu()
-    return {"dtype": str(data.dtype), "shape": list(data.shape), "data": data.view(torch.uint8).numpy().tobytes()
+    return {"dtype": str(data.dtype), "shape": list(data.shape), "data_shape": list(data.shape), "data": data.view(torch.uint8).numpy().tobytes()
             if data.numel() else b""}
 
 
-def describe_outputs(outs: tuple, inputs: tuple) -> list[dict]:
-    """Plain facts about each output. Subclasses are named, never touched: touching runs their code."""
+def sample_indices(numel: int, sample: dict) -> torch.Tensor:
+    """The flat indices the judge asked to see; the judge draws the same ones from the same seed."""
+    generator = torch.Generator().manual_seed(sample["seed"])
+    return torch.randint(0, numel, (min(sample["count"], numel),), generator=generator)
+
+
+def describe_outputs(outs: tuple, inputs: tuple, sample: dict | None = None) -> list[dict]:
+    """Plain facts about each output. Subclasses are named, never touched: touching runs their code.
+
+    With ``sample`` only the elements at the judge's random indices travel (timed calls of large
+    shapes), which the kernel cannot know in advance: the call has already returned.
+    """
     descs = []
     storages = {}
     for t in inputs:
@@ -214,6 +224,9 @@ def describe_outputs(outs: tuple, inputs: tuple) -> list[dict]:
                 "aliases": storages.get(storage.data_ptr()) if o.numel() else None}
         storages[storage.data_ptr()] = f"output {i}"
         desc.update(describe_tensor(o))
+        if sample is not None and o.numel():
+            picked = o.detach().flatten()[sample_indices(o.numel(), sample).to(o.device)]
+            desc.update(describe_tensor(picked), shape=list(o.shape), sampled=True)
         descs.append(desc)
     return descs
 

@@ -37,12 +37,13 @@ def reference(logits, top_p):
 
 
 def make_inputs(shape, dtype, device, generator):
-    """Logits randn * a per-row scale relative to the vocabulary, so nuclei range from one token to
-    hundreds (thousands for top_p near 1); top_p uniform in [0.3, 0.95], with a quarter of the rows
-    near 1 (1/8 in [0.95, 1), 1/8 exactly 1.0)."""
+    """Logits randn * c * sqrt(2 ln V), c log-uniform in [0.4, 1.4] per row, so nuclei range from one
+    token to hundreds at V ~ 1k-4k (median ~30-60) and to thousands at V = 128k (median ~500): enough
+    rows hold more than 50 tokens for top-k to fail. top_p is uniform in [0.3, 0.95] except for a
+    quarter of the rows near 1 (1/8 in [0.95, 1), 1/8 exactly 1.0: the whole vocabulary)."""
     B, V = shape["B"], shape["V"]
     gen_dev = generator.device  # draw where the generator lives so every process makes the same inputs
-    c = torch.exp(torch.empty(B, 1, device=gen_dev).uniform_(math.log(0.6), math.log(1.6), generator=generator))
+    c = torch.exp(torch.empty(B, 1, device=gen_dev).uniform_(math.log(0.4), math.log(1.4), generator=generator))
     logits = torch.randn(B, V, device=gen_dev, generator=generator) * (c * math.sqrt(2 * math.log(V)))
     u = torch.rand(B, device=gen_dev, generator=generator)
     kind = torch.rand(B, device=gen_dev, generator=generator)
