@@ -26,6 +26,7 @@ class Candidate:
     source: str
     space: Mapping[str, tuple] = field(default_factory=dict)
     kind: str = "ratchet"  # or "kernelbench" for a ModelNew file
+    constraints: tuple[str, ...] = ()  # expressions over SPACE names that every config must meet
 
     @property
     def sha256(self) -> str:
@@ -39,6 +40,13 @@ class Candidate:
         keys = list(self.space)
         return [dict(zip(keys, combo)) for combo in itertools.product(*(self.space[k] for k in keys))]
 
+    def valid_configs(self) -> list[dict[str, Any]]:
+        """Every config of SPACE that meets the CONSTRAINTS, in SPACE order."""
+        return [c for c in self.all_configs() if not self.broken_constraints(c)]
+
+    def broken_constraints(self, config: Mapping[str, Any]) -> list[str]:
+        return [expr for expr in self.constraints if not _eval_constraint(expr, config)]
+
     def resolve_config(self, config: Mapping[str, Any] | None) -> dict[str, Any]:
         """Fill missing keys with defaults; a key or value outside SPACE is a CandidateError."""
         resolved = self.default_config()
@@ -49,6 +57,9 @@ class Candidate:
             if value not in self.space[key]:
                 raise CandidateError(f"config {key}={value!r} is not in SPACE[{key!r}] = {list(self.space[key])}")
             resolved[key] = value
+        broken = self.broken_constraints(resolved)
+        if broken:
+            raise CandidateError(f"config {resolved} breaks the candidate's constraint '{broken[0]}'")
         return resolved
 
 
@@ -87,7 +98,8 @@ def load_candidate(path: str | Path) -> Candidate:
     else:
         raise CandidateError(f"{path}: defines no kernel(...) function (nor a KernelBench ModelNew class)")
     space = _literal_space(tree, path)
-    return Candidate(path=str(path.resolve()), source=source, space=space, kind=kind)
+    constraints = _literal_constraints(tree, path, space)
+    return Candidate(path=str(path.resolve()), source=source, space=space, kind=kind, constraints=constraints)
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:
@@ -103,7 +115,7 @@ def _top_level_names(tree: ast.Module) -> set[str]:
 
 
 def _literal_space(tree: ast.Module, path: Path) -> dict[str, tuple]:
-    for node in tree.body:
+    for node in reversed(tree.body):  # the last assignment wins, as when Python runs the file
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SPACE" for t in node.targets):
             try:
                 value = ast.literal_eval(node.value)
@@ -115,3 +127,37 @@ def _literal_space(tree: ast.Module, path: Path) -> dict[str, tuple]:
                 raise CandidateError(f"{path}: SPACE must map names to non-empty lists of values")
             return {k: tuple(v) for k, v in value.items()}
     return {}
+
+
+_SAFE_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Name, ast.Constant, ast.Load,
+               ast.operator, ast.unaryop, ast.boolop, ast.cmpop)
+
+
+def _literal_constraints(tree: ast.Module, path: Path, space: Mapping[str, tuple]) -> tuple[str, ...]:
+    """``CONSTRAINTS = ["BLOCK_N % BLOCK_K == 0", ...]``: arithmetic and comparisons over SPACE names."""
+    for node in reversed(tree.body):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CONSTRAINTS" for t in node.targets):
+            try:
+                exprs = ast.literal_eval(node.value)
+            except ValueError:
+                raise CandidateError(f"{path}: CONSTRAINTS must be a literal list of strings") from None
+            if not isinstance(exprs, (list, tuple)) or not all(isinstance(e, str) for e in exprs):
+                raise CandidateError(f"{path}: CONSTRAINTS must be a literal list of strings")
+            for expr in exprs:
+                try:
+                    parsed = ast.parse(expr, mode="eval")
+                except SyntaxError:
+                    raise CandidateError(f"{path}: constraint '{expr}' is not an expression") from None
+                for sub in ast.walk(parsed):
+                    if not isinstance(sub, _SAFE_NODES):
+                        raise CandidateError(f"{path}: constraint '{expr}' may use only SPACE names, numbers, "
+                                             "arithmetic and comparisons")
+                    if isinstance(sub, ast.Name) and sub.id not in space:
+                        raise CandidateError(f"{path}: constraint '{expr}' names '{sub.id}', which is not in SPACE")
+            return tuple(exprs)
+    return ()
+
+
+def _eval_constraint(expr: str, config: Mapping[str, Any]) -> bool:
+    # Safe: the expression was checked to hold only names of SPACE, constants and operators.
+    return bool(eval(compile(ast.parse(expr, mode="eval"), "<constraint>", "eval"), {"__builtins__": {}}, dict(config)))

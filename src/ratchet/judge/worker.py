@@ -95,19 +95,21 @@ class Harness:
         self.census.before()
         profile = msg.get("profile") and self.task.forbidden
         graph = self.graphs.get(msg.get("graph_key")) if msg.get("mode") == "graph" else None
+        ops = None
         if profile:
-            outs, elapsed_us, ops = self._profiled(inputs)
+            outs, ops = self._profiled(inputs)
+            elapsed = None
         elif graph is not None:
-            outs, elapsed_us, ops = self._timed_graph(graph), None, None
-            elapsed_us, outs = outs
+            outs, elapsed = self._replay(graph)
         else:
-            (outs, elapsed_us), ops = self._timed(inputs), None
+            outs, elapsed = self._start_timed(inputs)
         outs = as_tuple(outs)
-        # Deferred work: what the caller could read right at return must equal what is there once
-        # every stream and thread has finished.
+        # Deferred work: what the caller could read right at return (copied on the current stream,
+        # before any device-wide sync) must equal what is there once every stream and thread is done.
         snapshot = [o.clone() if type(o) is torch.Tensor else None for o in outs]
         if cuda:
             timing.synchronize()
+        elapsed_us = elapsed() if elapsed else None
         self.census.settle()
         flags = self.census.after()
         deferred = any(s is not None and not _bitwise_equal(s, o) for s, o in zip(snapshot, outs))
@@ -119,26 +121,27 @@ class Harness:
             "ops": ops,
         }
 
-    def _timed(self, inputs: tuple):
+    def _start_timed(self, inputs: tuple):
+        """Run the kernel between two timer reads; returns its outputs and a function giving the
+        elapsed microseconds (on CUDA, valid once the device has been synchronized)."""
         if self.device == "cuda":
             start, end = timing.Event(enable_timing=True), timing.Event(enable_timing=True)
             start.record()
             outs = self.kernel(*inputs, **self.config)
             end.record()
-            timing.synchronize()
-            return outs, start.elapsed_time(end) * 1000.0
+            return outs, lambda: start.elapsed_time(end) * 1000.0
         t0 = timing.perf_counter_ns()
         outs = self.kernel(*inputs, **self.config)
-        return outs, (timing.perf_counter_ns() - t0) / 1000.0
+        t1 = timing.perf_counter_ns()
+        return outs, lambda: (t1 - t0) / 1000.0
 
-    def _timed_graph(self, graph):
-        start, end = timing.Event(enable_timing=True), timing.Event(enable_timing=True)
+    def _replay(self, graph):
         g, static_outs = graph
+        start, end = timing.Event(enable_timing=True), timing.Event(enable_timing=True)
         start.record()
         g.replay()
         end.record()
-        timing.synchronize()
-        return start.elapsed_time(end) * 1000.0, static_outs
+        return static_outs, lambda: start.elapsed_time(end) * 1000.0
 
     def _profiled(self, inputs: tuple):
         """One call under torch.profiler: the list of ops and kernels that really ran."""
@@ -146,11 +149,10 @@ class Harness:
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device == "cuda" else [])
         with profile(activities=activities) as prof:
-            outs, _ = self._timed(inputs)
+            outs = self.kernel(*inputs, **self.config)
             if self.device == "cuda":
                 timing.synchronize()
-        names = sorted({evt.name for evt in prof.events()})
-        return outs, None, names
+        return outs, sorted({evt.name for evt in prof.events()})
 
     def capture(self, msg: dict) -> dict:
         """Capture the kernel into a CUDA graph on the current buffers; later calls replay it."""

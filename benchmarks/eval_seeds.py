@@ -1,0 +1,79 @@
+"""Judge every seed of the given tasks twice on one device and write a table.
+
+Measures what issue 2 asks of the judge on real hardware: per-shape speedup and fraction of the
+roofline for each seed, run-to-run agreement of the median (two full evaluations, same session), and
+the judge's own wall time per evaluation (what a user waits).
+
+    python benchmarks/eval_seeds.py --tasks rmsnorm top_p_sampling --out out/
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from ratchet.candidate import load_candidate
+from ratchet.judge import JudgeOptions, evaluate
+from ratchet.task import load_task
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", nargs="+", default=["rmsnorm", "top_p_sampling"])
+    parser.add_argument("--seeds", nargs="*", help="only seeds whose file name contains one of these")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--out", default="out")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    records, lines = [], []
+    for name in args.tasks:
+        task = load_task(name)
+        for seed in task.seeds():
+            if args.seeds and not any(s in seed.name for s in args.seeds):
+                continue
+            runs = []
+            for _ in range(args.repeats):
+                verdict = evaluate(task, load_candidate(seed), None, JudgeOptions(device=args.device))
+                runs.append(verdict.to_json())
+                print(f"{name}/{seed.name}: {verdict.verdict} speedup={verdict.speedup} "
+                      f"wall={verdict.judge_wall_s:.1f}s {[r.code for r in verdict.reasons]}", flush=True)
+            records.append({"task": name, "seed": seed.name, "runs": runs})
+            lines += table_rows(name, seed.name, runs)
+    stamp = time.strftime("%Y-%m-%d")
+    device = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
+    (out / "eval_seeds.json").write_text(json.dumps({"date": stamp, "device": device, "records": records}, indent=1))
+    header = ("| task | seed | shape | dtype | mode | median µs (run 1) | run 2 | diff % | ref µs | speedup | TB/s | "
+              "roofline % |\n|" + "---|" * 12)
+    table = "\n".join([f"{device}, {stamp}", header] + lines)
+    (out / "eval_seeds.md").write_text(table + "\n")
+    print(table)
+    for rec in records:
+        walls = [r["judge_wall_s"] for r in rec["runs"]]
+        print(f"judge wall time {rec['task']}/{rec['seed']}: {', '.join(f'{w:.1f}' for w in walls)} s "
+              f"verdicts {[r['verdict'] for r in rec['runs']]} speedup {[r['speedup'] for r in rec['runs']]}")
+
+
+def table_rows(task: str, seed: str, runs: list[dict]) -> list[str]:
+    rows = []
+    first = runs[0]
+    for i, row in enumerate(first["shapes"]):
+        if row["median_us"] is None:
+            continue
+        second = runs[1]["shapes"][i] if len(runs) > 1 and len(runs[1]["shapes"]) > i else {}
+        other = second.get("median_us")
+        diff = f"{100 * (other - row['median_us']) / row['median_us']:+.1f}" if other else "-"
+        shape = " ".join(f"{k}={v}" for k, v in row["shape"].items())
+        rows.append(f"| {task} | {seed} | {shape} | {row['dtype']} | {row['mode']} | {row['median_us']:.2f} | "
+                    f"{other or float('nan'):.2f} | {diff} | {row['ref_median_us']:.2f} | {row['speedup']:.2f} | "
+                    f"{row['achieved_tbps'] or 0:.2f} | {100 * (row['roofline_fraction'] or 0):.0f} |")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
