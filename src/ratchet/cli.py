@@ -37,6 +37,46 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-timing", action="store_true", help="check correctness only")
     ev.set_defaults(func=cmd_eval)
 
+    rn = sub.add_parser("run", help="run the ratchet on a task: propose, judge, keep only real wins", description=(
+        "Propose candidates (by default: tune every seed's SPACE with Optuna), judge each, keep a new best only "
+        "when it is faster beyond noise on the task's shapes. Stops at --target, the budget or Ctrl-C; every "
+        "attempt is in the ledger, and --resume RUN continues a stopped or killed run."))
+    rn.add_argument("task", metavar="TASK", nargs="?", help="built-in task name or task file (not with --resume)")
+    rn.add_argument("--seed", action="append", default=[], metavar="FILE",
+                    help="start from this candidate file (repeatable; default: the task's seeds for the device)")
+    rn.add_argument("--proposer", choices=["tune"], default="tune", help="what proposes the next attempt")
+    rn.add_argument("--sampler", choices=["tpe", "random", "grid"], default="tpe", help="the tuner's search strategy")
+    rn.add_argument("--target", metavar="SPEEDUP", help="stop when the best reaches this speedup, e.g. 3x")
+    budget = rn.add_mutually_exclusive_group()
+    budget.add_argument("--budget", type=int, metavar="N", help="stop after N attempts")
+    budget.add_argument("--time", metavar="DURATION", help="stop after this long, e.g. 90s, 20m, 2h")
+    rn.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if present, else cpu")
+    rn.add_argument("--gpus", metavar="LIST", help="GPU indices to judge on in parallel, e.g. 0,1 (default: 0)")
+    rn.add_argument("--resume", metavar="RUN", help="continue a stopped or killed run")
+    rn.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or .ratchet/ledger.sqlite)")
+    rn.set_defaults(func=cmd_run)
+
+    rs = sub.add_parser("runs", help="list the runs in the ledger", description="List runs: id, task, status, "
+                        "attempts and best speedup.")
+    rs.add_argument("--json", action="store_true", help="print a JSON list")
+    rs.add_argument("--ledger", metavar="PATH", help="ledger file")
+    rs.set_defaults(func=cmd_runs)
+
+    sh = sub.add_parser("show", help="show one run: its attempts, best history and failures",
+                        description="Show a run: settings, every attempt with verdict and speedup, the best's history.")
+    sh.add_argument("run", metavar="RUN")
+    sh.add_argument("--json", action="store_true", help="print the run and its attempts as JSON")
+    sh.add_argument("--ledger", metavar="PATH", help="ledger file")
+    sh.set_defaults(func=cmd_show)
+
+    bs = sub.add_parser("best", help="write a run's best candidate as a standalone file",
+                        description="Write the best candidate of RUN, its config baked in, to FILE; "
+                        "'ratchet eval TASK FILE' judges it as it is.")
+    bs.add_argument("run", metavar="RUN")
+    bs.add_argument("-o", "--output", required=True, metavar="FILE")
+    bs.add_argument("--ledger", metavar="PATH", help="ledger file")
+    bs.set_defaults(func=cmd_best)
+
     ts = sub.add_parser("tasks", help="list the built-in tasks and their seeds",
                         description="List built-in tasks with their shapes, dtypes and seed candidates.")
     ts.add_argument("--json", action="store_true", help="print a JSON list")
@@ -88,6 +128,120 @@ def resolve_device(requested: str | None) -> str:
     return device
 
 
+def parse_speedup(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text.lower().removesuffix("x"))
+    except ValueError:
+        raise UsageError(f"--target '{text}' is not a speedup like 3x or 1.5") from None
+    if value <= 0:
+        raise UsageError("--target must be positive")
+    return value
+
+
+def parse_duration(text: str | None) -> float | None:
+    if text is None:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        if text[-1].lower() in units:
+            value = float(text[:-1]) * units[text[-1].lower()]
+        else:
+            value = float(text)
+    except (ValueError, IndexError):
+        raise UsageError(f"--time '{text}' is not a duration like 90s, 20m or 2h") from None
+    if value <= 0:
+        raise UsageError("--time must be positive")
+    return value
+
+
+def parse_gpus(text: str | None, device: str) -> list[int] | None:
+    if text is None:
+        return None
+    import torch
+
+    if device != "cuda":
+        raise UsageError("--gpus needs --device cuda")
+    try:
+        gpus = [int(g) for g in text.split(",") if g.strip()]
+    except ValueError:
+        raise UsageError(f"--gpus '{text}' is not a list of GPU indices like 0,1") from None
+    bad = [g for g in gpus if not 0 <= g < torch.cuda.device_count()]
+    if not gpus or bad:
+        raise UsageError(f"--gpus {text}: this machine has {torch.cuda.device_count()} GPU(s)")
+    return gpus
+
+
+def open_ledger(path: str | None, create: bool = True):
+    from ratchet.ledger import Ledger, default_ledger_path
+
+    return Ledger(default_ledger_path(path), create=create)
+
+
+def cmd_run(args) -> int:
+    from ratchet.run_command import RunRequest, start_or_resume
+
+    if args.resume and args.task:
+        raise UsageError("give either TASK or --resume RUN, not both")
+    if not args.resume and not args.task:
+        raise UsageError("run needs a TASK (or --resume RUN)")
+    device = resolve_device(args.device)
+    request = RunRequest(task=args.task, seeds=tuple(args.seed), proposer=args.proposer, sampler=args.sampler,
+                         target=parse_speedup(args.target), budget=args.budget, seconds=parse_duration(args.time),
+                         device=device, gpus=tuple(parse_gpus(args.gpus, device) or ()), resume=args.resume)
+    with open_ledger(args.ledger) as ledger:
+        return start_or_resume(ledger, request)
+
+
+def cmd_runs(args) -> int:
+    from ratchet.ledger import default_ledger_path
+
+    if not default_ledger_path(args.ledger).exists():
+        runs = []
+    else:
+        with open_ledger(args.ledger, create=False) as ledger:
+            runs = ledger.list_runs()
+    if args.json:
+        print(json.dumps(runs))
+        return 0
+    if not runs:
+        print("no runs yet (start one with 'ratchet run TASK')")
+    for r in runs:
+        best = f"{r['best_speedup']:.3f}x" if r["best_speedup"] else "-"
+        print(f"{r['id']}  {r['task']:<16} {r['status']:<8} {r['attempts']:>4} attempts  best {best:<8} "
+              f"{r['device']}  {r['created_at']}")
+    return 0
+
+
+def cmd_show(args) -> int:
+    from ratchet.report.console import print_run
+
+    with open_ledger(args.ledger, create=False) as ledger:
+        run = ledger.get_run(args.run)
+        attempts = ledger.attempts(args.run)
+        history = ledger.best_history(args.run)
+    if args.json:
+        slim = [{k: v for k, v in a.items() if k not in ("source", "shapes")} for a in attempts]
+        print(json.dumps({"run": run, "attempts": slim, "best_history": history}))
+    else:
+        print_run(run, attempts, history)
+    return 0
+
+
+def cmd_best(args) -> int:
+    from ratchet.ledger import write_standalone
+
+    with open_ledger(args.ledger, create=False) as ledger:
+        ledger.get_run(args.run)
+        best = ledger.best(args.run)
+    if best is None:
+        raise UsageError(f"run '{args.run}' has no passing attempt yet")
+    path = write_standalone(best, args.output)
+    print(f"wrote {path} (attempt {best['seq']}, speedup {best['speedup']:.3f}x, config {best['config']})")
+    return 0
+
+
 def cmd_tasks(args) -> int:
     from ratchet.task import builtin_task_names, load_task
 
@@ -109,6 +263,7 @@ def cmd_tasks(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from ratchet.candidate import CandidateError
+    from ratchet.ledger import LedgerError
     from ratchet.task import TaskError
 
     parser = build_parser()
@@ -118,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         return args.func(args)
-    except (UsageError, TaskError, CandidateError) as exc:
+    except (UsageError, TaskError, CandidateError, LedgerError) as exc:
         print(f"ratchet: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -161,7 +161,8 @@ CHEATS = [
     Case(4, "p04_cache_by_data_ptr.py", "axpby", ("wrong_output",)),
     Case(4, "p04_cache_by_shape.py", "rmsnorm", ("wrong_output",)),
     Case(4, "p04_cache_after_checks.py", "axpby", ("timed_output_wrong",), mode="timed"),
-    Case(5, "p05_thread_writes_after_return.py", "axpby", ("deferred_write",), mode="timed"),
+    # A thread still writing at return: deferred_write if it ends within the worker's settle, else the census.
+    Case(5, "p05_thread_writes_after_return.py", "axpby", ("deferred_write", "background_thread"), mode="timed"),
     Case(5, "p05_persistent_worker.py", "axpby", ("deferred_write", "background_thread"), mode="timed",
          gap="persistent_thread"),
     Case(5, "p05_finish_in_patched_fetch.py", "axpby", ("timer_tampered", "harness_tampered"), mode="timed",
@@ -196,13 +197,16 @@ CHEATS = [
     Case(17, "p17_in_helper_thread.py", "softmax", ("forbidden_call",), gap="profiler_thread"),
     Case(17, "p17_profiler_aware.py", "softmax", ("forbidden_call",), mode="timed", gap="profiler_aware"),
     Case(19, "p19_unwritten_tail.py", "axpby", ("unwritten_output", "wrong_output", "nan_inf")),
-    Case(20, "p20_one_shape_zero_time.py", "axpby", ("beyond_roofline", "timer_tampered", "harness_tampered"),
-         mode="timed"),
+    # The per-shape roofline floor is the designed defence; on a busy CPU the outside clock can fire first.
+    Case(20, "p20_one_shape_zero_time.py", "axpby", ("beyond_roofline", "timer_tampered", "harness_tampered",
+                                                     "clock_mismatch"), mode="timed"),
     # GPU: the same files where the pattern is about CUDA, and the patterns that need a GPU.
     Case(1, "p01_empty_output.py", "axpby", ("unwritten_output",), mode="gpu"),
     Case(19, "p19_unwritten_tail.py", "axpby", ("unwritten_output",), mode="gpu"),
     Case(5, "p05_gpu_thread_write.py", "axpby", ("deferred_write",), mode="gpu"),
-    Case(6, "p06_side_stream.py", "axpby_big", ("clock_mismatch",), mode="gpu_timed"),
+    # The snapshot at return (copied on the current stream before any device-wide sync) sees the side stream's
+    # unfinished output; failing that, the outside clock sees the time the events missed.
+    Case(6, "p06_side_stream.py", "axpby_big", ("deferred_write", "clock_mismatch"), mode="gpu_timed"),
     Case(9, "p09_patch_cuda_event.py", "axpby", ("timer_tampered",), mode="gpu_timed"),
     Case(13, "p13_graph_capture_noop.py", "axpby", ("timed_output_wrong",), mode="gpu_timed"),
 ]

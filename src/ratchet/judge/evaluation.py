@@ -43,6 +43,7 @@ class JudgeOptions:
     allow: tuple[str, ...] = ()  # forbidden ops the user allows
     time_it: bool = True
     ceilings: Any = None  # hardware.ceilings.Ceilings; measured when None
+    gpu_index: int | None = None  # which GPU (workers see only it); None: the current one
 
 
 class Abort(Exception):
@@ -56,6 +57,8 @@ class Evaluation:
     def __init__(self, task: Task, candidate: Candidate, config: dict, options: JudgeOptions):
         self.task, self.candidate, self.config, self.opts = task, candidate, config, options
         self.device = options.device
+        # Where this process makes inputs and references: the same GPU the workers see as "cuda".
+        self.torch_device = f"cuda:{options.gpu_index}" if options.gpu_index is not None else self.device
         self.policy = options.policy or (GPU_POLICY if self.device == "cuda" else CPU_POLICY)
         self.rng = random.Random(secrets.randbits(64))  # secret: never leaves this process
         self.deadline = time.perf_counter() + options.limits.total_s
@@ -92,6 +95,8 @@ class Evaluation:
         limits = self.opts.limits
         # On the CPU, Triton kernels run through Triton's interpreter (slow, but judged the same way).
         env = {"TRITON_INTERPRET": "1"} if self.device == "cpu" else {}
+        if self.opts.gpu_index is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(self.opts.gpu_index)
         self.cand = WorkerProcess(limits, "candidate", env)
         if self.opts.time_it:
             self.ref = WorkerProcess(limits, "reference", env)
@@ -168,8 +173,8 @@ class Evaluation:
         return cpu_inputs, outs
 
     def make_inputs(self, shape, dtype, seed) -> tuple:
-        generator = torch.Generator(device=self.device).manual_seed(seed)
-        return self.task.make_inputs(shape, dtype, self.device, generator)
+        generator = torch.Generator(device=self.torch_device).manual_seed(seed)
+        return self.task.make_inputs(shape, dtype, self.torch_device, generator)
 
     def _call(self, worker: WorkerProcess, shape, dtype, seed, **options) -> dict:
         budget = self.opts.limits.first_call_s if self.first_call else self.opts.limits.call_s

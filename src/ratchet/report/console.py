@@ -38,3 +38,21 @@ def print_verdict(verdict: Verdict, console: Console | None = None):
     for note in verdict.notes:
         console.print(f"  note: {note}")
     console.print(f"  judge wall time {verdict.judge_wall_s:.1f} s")
+
+
+def print_run(run: dict, attempts: list[dict], history: list[dict], console: Console | None = None):
+    console = console or Console()
+    best = f"{run['best_speedup']:.3f}x" if run.get("best_speedup") else "-"
+    console.print(f"[bold]{run['id']}[/] {run['task']} on {run['device']} ({run['device_name']}): {run['status']}"
+                  f"{' - ' + run['stop_reason'] if run.get('stop_reason') else ''}; {len(attempts)} attempts, best {best}")
+    table = Table()
+    for col in ("#", "candidate", "config", "verdict", "speedup", "kept", "reason", "judge s"):
+        table.add_column(col)
+    for a in attempts:
+        reason = f"{a['reasons'][0]['code']}: {a['reasons'][0]['detail'][:60]}" if a["reasons"] else ""
+        table.add_row(str(a["seq"]), a["candidate_path"].rsplit("/", 1)[-1], str(a["config"]), a["verdict"],
+                      _fmt(a["speedup"], ".3f"), "yes" if a["kept"] else "", reason, _fmt(a["judge_wall_s"], ".1f"))
+    console.print(table)
+    if history:
+        steps = " -> ".join(f"#{next((a['seq'] for a in attempts if a['id'] == h['attempt_id']), '?')}" for h in history)
+        console.print(f"best history: {steps}")

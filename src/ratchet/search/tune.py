@@ -11,7 +11,6 @@ Samplers: TPE (default), random, or grid (exhaustive, what ``triton.autotune`` d
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import dataclass
@@ -19,15 +18,12 @@ from dataclasses import dataclass
 import optuna
 
 from ratchet.candidate import Candidate
+from ratchet.ledger import config_key
 from ratchet.search.base import Outcome, Proposal
 
 optuna.logging.set_verbosity(logging.WARNING)
 
 SAMPLERS = ("tpe", "random", "grid")
-
-
-def config_key(config: dict) -> str:
-    return json.dumps(config, sort_keys=True, default=str)
 
 
 @dataclass

@@ -1,0 +1,183 @@
+"""The ratchet: propose -> judge -> keep or discard -> ledger, until the goal, the budget or Ctrl-C.
+
+Every attempt is written to the ledger before the next is proposed, so a run killed at any moment
+resumes (``ratchet run --resume RUN``) with no finished attempt lost or judged twice: the proposer is
+told the recorded outcomes again and never proposes them. On several GPUs one evaluation runs per GPU
+while the next candidates import and compile; outcomes are committed in proposal order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ratchet.candidate import Candidate, load_candidate
+from ratchet.judge import JudgeOptions, evaluate
+from ratchet.keep import decide
+from ratchet.ledger import Ledger, source_sha256
+from ratchet.search.base import Outcome, Proposal, Proposer
+from ratchet.task import Task
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    target_speedup: float | None = None
+    budget_attempts: int | None = None
+    budget_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class LoopEvent:
+    """One committed attempt, for displays."""
+
+    seq: int
+    candidate: str
+    config: dict
+    verdict: str
+    speedup: float | None
+    reasons: tuple[str, ...]
+    kept: bool
+    keep_reason: str
+    best_speedup: float | None
+    attempts: int
+    judge_wall_s: float
+
+
+@dataclass
+class LoopResult:
+    stop_reason: str
+    attempts: int
+    best_speedup: float | None
+    failures: Counter = field(default_factory=Counter)
+
+
+class Loop:
+    def __init__(self, ledger: Ledger, run_id: str, task: Task, proposer: Proposer, limits: RunLimits,
+                 judge_options: list[JudgeOptions], on_event: Callable[[LoopEvent], None] | None = None,
+                 candidates: list[Candidate] | None = None):
+        self.ledger, self.run_id, self.task, self.proposer = ledger, run_id, task, proposer
+        self.limits, self.judge_options = limits, judge_options
+        self.on_event = on_event or (lambda event: None)
+        self.candidates = {c.sha256: c for c in candidates or []}
+        self.failures: Counter = Counter()
+        self.started = time.monotonic()
+
+    # -- resume ----------------------------------------------------------------------------------
+    def replay(self) -> int:
+        """Tell the proposer every outcome already in the ledger; returns how many."""
+        history = self.ledger.attempts(self.run_id)
+        for attempt in history:
+            candidate = self.candidates.get(attempt["source_sha256"])
+            if candidate is None:
+                continue
+            self.proposer.tell(Proposal(candidate, attempt["config"]), _outcome(attempt))
+            if attempt["verdict"] != "pass":
+                self.failures.update(r["code"] for r in attempt["reasons"][:1])
+        return len(history)
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self) -> LoopResult:
+        self.ledger.set_status(self.run_id, "running")
+        slots = len(self.judge_options)
+        # One evaluation in flight per GPU, plus one importing and compiling ahead on the CPU cores.
+        pipeline = slots + 1 if slots > 1 or self.judge_options[0].device == "cuda" else 1
+        inflight: list[tuple[Proposal, Future]] = []
+        stop = None
+        try:
+            with ThreadPoolExecutor(max_workers=pipeline) as pool:
+                while True:
+                    stop = stop or self._should_stop(pending=len(inflight))
+                    while stop is None and len(inflight) < pipeline:
+                        proposal = self._next_proposal()
+                        if proposal is None:
+                            if not inflight:
+                                stop = "search space exhausted"
+                            break
+                        options = self.judge_options[len(inflight) % slots]
+                        inflight.append((proposal, pool.submit(self._judge, proposal, options)))
+                        stop = self._should_stop(pending=len(inflight))
+                    if not inflight:
+                        break
+                    proposal, future = inflight.pop(0)  # commit in proposal order
+                    self._commit(proposal, future.result())
+        except KeyboardInterrupt:
+            self.ledger.set_status(self.run_id, "stopped", "interrupted (Ctrl-C); resume with --resume")
+            raise
+        status = "done" if stop in ("target reached", "search space exhausted") else "stopped"
+        self.ledger.set_status(self.run_id, status, stop)
+        best = self.ledger.best(self.run_id)
+        return LoopResult(stop or "", len(self.ledger.attempts(self.run_id)), best and best["speedup"], self.failures)
+
+    def _next_proposal(self) -> Proposal | None:
+        for _ in range(1000):
+            proposal = self.proposer.propose()
+            if proposal is None:
+                return None
+            self.candidates.setdefault(proposal.candidate.sha256, proposal.candidate)
+            if not self.ledger.has_attempt(self.run_id, proposal.candidate.sha256, proposal.config):
+                return proposal
+            attempt = next(a for a in self.ledger.attempts(self.run_id)
+                           if a["source_sha256"] == proposal.candidate.sha256 and a["config"] == proposal.config)
+            self.proposer.tell(proposal, _outcome(attempt))
+        return None
+
+    def _judge(self, proposal: Proposal, options: JudgeOptions):
+        verdict = evaluate(self.task, proposal.candidate, proposal.config, options)
+        return verdict.to_json(with_times=True)
+
+    def _commit(self, proposal: Proposal, verdict: dict):
+        best = self.ledger.best(self.run_id)
+        attempt_id = self.ledger.record_attempt(
+            self.run_id, proposal.candidate.path, proposal.candidate.source, proposal.config, verdict,
+            proposal.proposer or self.proposer.name, parent_attempt=proposal.parent_attempt, idea=proposal.idea)
+        best_verdict = None
+        if best is not None:
+            best_verdict = {"verdict": best["verdict"], "shapes": best["shapes"]}
+        decision = decide(verdict, best_verdict, proposal.candidate.source, best["source"] if best else "")
+        if decision.keep:
+            self.ledger.set_best(self.run_id, attempt_id)
+        if verdict["verdict"] != "pass":
+            self.failures.update(r["code"] for r in verdict["reasons"][:1])
+        self.proposer.tell(proposal, Outcome(verdict["verdict"], verdict.get("speedup"),
+                                             tuple(r["code"] for r in verdict["reasons"]), attempt_id))
+        now_best = self.ledger.best(self.run_id)
+        attempt = self.ledger.get_attempt(attempt_id)
+        self.on_event(LoopEvent(
+            seq=attempt["seq"], candidate=proposal.candidate.path, config=proposal.config, verdict=verdict["verdict"],
+            speedup=verdict.get("speedup"), reasons=tuple(r["code"] for r in verdict["reasons"]), kept=decision.keep,
+            keep_reason=decision.reason, best_speedup=now_best and now_best["speedup"],
+            attempts=attempt["seq"], judge_wall_s=verdict.get("judge_wall_s", 0.0)))
+
+    def _should_stop(self, pending: int = 0) -> str | None:
+        best = self.ledger.best(self.run_id)
+        if self.limits.target_speedup and best and best["speedup"] and best["speedup"] >= self.limits.target_speedup:
+            return "target reached"
+        done = len(self.ledger.attempts(self.run_id))
+        if self.limits.budget_attempts is not None and done + pending >= self.limits.budget_attempts:
+            return "attempt budget spent"
+        if self.limits.budget_seconds is not None and time.monotonic() - self.started >= self.limits.budget_seconds:
+            return "time budget spent"
+        return None
+
+
+def _outcome(attempt: dict) -> Outcome:
+    return Outcome(attempt["verdict"], attempt["speedup"], tuple(r["code"] for r in attempt["reasons"]), attempt["id"])
+
+
+def load_seeds(task: Task, seeds: list[str] | None, device: str) -> list[Candidate]:
+    """The candidates a run starts from: the given files, or the task's seeds fit for the device.
+
+    On the CPU, seeds whose file name starts with ``triton`` or ``cuda`` are left out by default (the
+    interpreter is for correctness, not speed); on a GPU the CPU-only seeds (``cpu_``) are left out.
+    """
+    if seeds:
+        return [load_candidate(s) for s in seeds]
+    paths = task.seeds()
+    if device == "cpu":
+        chosen = [p for p in paths if not p.name.startswith(("triton", "cuda"))]
+    else:
+        chosen = [p for p in paths if not p.name.startswith("cpu")] or paths
+    return [load_candidate(p) for p in (chosen or paths)]
