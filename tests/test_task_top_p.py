@@ -4,6 +4,7 @@ Draws come from the task's own make_inputs, pooled until the rule's min_draws, a
 """
 
 import importlib.util
+import random
 
 import pytest
 import torch
@@ -74,14 +75,14 @@ def ignore_top_p(logits, top_p):
     return torch.multinomial(torch.softmax(logits, -1), 1).squeeze(-1)
 
 
-def hot_temperature(logits, top_p):  # the right nucleus, sampled from softmax(1.3 * logits)
+def wrong_temperature(logits, top_p):  # the right nucleus, sampled from softmax(1.3 * logits)
     return _sample(*_nucleus_probs(logits, top_p, temperature=1.3))
 
 
 HONEST = [("reference", {}), ("cpu_sort", {}), ("cpu_sort", {"prefilter_k": 1024}), ("cpu_sort_free", {})]
 
 
-@pytest.mark.parametrize("shape", CPU_SHAPES + TASK.cpu.held_out.draw(__import__("random").Random(7))[:1],
+@pytest.mark.parametrize("shape", CPU_SHAPES + TASK.cpu.held_out.draw(random.Random(7))[:1],
                          ids=lambda s: f"B{s['B']}xV{s['V']}")
 @pytest.mark.parametrize("name,config", HONEST, ids=lambda v: str(v) if v else "")
 def test_honest_samplers_pass(name, config, shape):
@@ -106,7 +107,7 @@ def test_triton_seed_passes_under_the_interpreter():
     (_top_k(20), "do not follow the renormalized nucleus distribution"),
     (_top_k(50), "do not follow the renormalized nucleus distribution"),
     (ignore_top_p, "outside their row's nucleus"),
-    (hot_temperature, "do not follow the renormalized nucleus distribution"),
+    (wrong_temperature, "do not follow the renormalized nucleus distribution"),
 ], ids=lambda v: getattr(v, "__name__", ""))
 @pytest.mark.parametrize("shape", [{"B": 64, "V": 4099}, {"B": 1, "V": 1000}], ids=["B64xV4099", "B1xV1000"])
 def test_cheats_fail(cheat, reason, shape):

@@ -3,11 +3,15 @@ the judge must fail with the pattern's reason code, and honest twins that look l
 with no reasons at all (invariant 7: zero false rejects).
 
 Each case names its candidate file, the task it is written against, and the reason codes that count as
-catching it (the first is the pattern's own code; a second is listed only where two guards defend the
-same pattern). A case the judge does not catch yet is kept asserting the right behaviour and marked
-``xfail(strict=True)`` with the diagnosis in ``GAPS`` (docs of each gap: what the cheat does, what the
-judge does now, what would catch it); when the judge is fixed the strict xfail turns into a failure, and
-the mark comes off.
+catching it: the first is the pattern's own code (a FAIL code of verdict.py); others are listed where a
+second guard defends the same pattern, where the code a proposed fix would use is not in verdict.py yet
+(``harness_tampered``), or where the outside clock's noise can fire first (said at the case). A case the
+judge does not catch yet keeps asserting the right behaviour and is marked ``xfail(strict=True)`` with
+its diagnosis in ``GAPS`` (what the cheat does, what the judge does now, what would catch it): once the
+judge is fixed the strict xfail turns into a failure, and the mark comes off.
+
+#18 (persisting L2) and the timing side of #6 are defended by neutralising, not detecting: their tests
+compare the cheat's times with an honest twin's instead of asking for a reason code.
 
 Cost: each evaluation starts one worker (two when timed), 2-5 s on two CPU cores. Untimed CPU cases are
 judged up front, two at a time, by a session fixture; timed ones (whose clocks concurrency would
@@ -51,6 +55,9 @@ MODES = {
     "timed": JudgeOptions(device="cpu", policy=QUICK),
     "gpu": JudgeOptions(device="cuda", time_it=False),
     "gpu_timed": JudgeOptions(device="cuda"),
+    # Graph replay for every shape: on a host whose launch path is ~100 us, the eager reference of a
+    # microsecond kernel is never under graph_below_us, and graph timing would not engage at all.
+    "gpu_graph": JudgeOptions(device="cuda", policy=TimingPolicy(graph_below_us=1e9)),
 }
 
 
@@ -83,6 +90,35 @@ GAPS = {
         "last outputs' sizes) so malloc hands them back, after raising M_MMAP_THRESHOLD and M_TRIM_THRESHOLD "
         "(ctypes libc.mallopt(-3, 1 << 30), mallopt(-1, 1 << 30)) at worker start so large blocks stay in the "
         "heap (measured: 99%+ of an empty_like poisoned for 4 KB to 40 MB)"),
+    "gpu_poison": (
+        "GAP: on CUDA the poison reaches a new allocation only when the caching allocator's best fit happens "
+        "to be the poison block: Harness._poison empties the cache and frees one block of max(4x input bytes, "
+        "1 MiB), but free space left in segments still in use (the inputs' own) fits smaller requests better; "
+        "measured on an H200: 100% poisoned for N = 1000, 4096, 2^24, 0% for N = 3001 and 2^20 (odd held-out "
+        "sizes are the ones an unwritten tail shows on). Fix in worker.Harness._poison for 'cuda': also free "
+        "several poisoned blocks of each input's byte size (and of the last outputs' sizes), so an exact fit "
+        "exists (measured: 100% for all five sizes)"),
+    "side_stream_timing": (
+        "GAP: the worker's CUDA timer misses work left on another stream. Harness._start_timed records the "
+        "end event on the current stream right after the kernel returns and synchronizes the device only "
+        "afterwards, so a kernel that runs on a side stream is timed as its launch (measured on an H200: "
+        "108 us reported for N = 2^26 against 264 us for the same work joined back). The snapshot at return "
+        "races with the side stream and usually sees the finished output, and the outside clock's noise on "
+        "that host (medians of wall - us differing by -1930 to +812 us between workers) makes clock_mismatch "
+        "a coin toss. Fix in worker.Harness._start_timed (and _replay): synchronize the device before "
+        "recording the end event (the protocol's 'device-wide synchronize in the timed region'), e.g. "
+        "start.record(); kernel(); timing.synchronize(); end.record(); or record the end event after a "
+        "device-wide sync on the host's clock; the reference's worker does the same, so the cost is shared"),
+    "clock_noise": (
+        "GAP (false reject, intermittent): evaluation._clock_check compares the medians of (wall_us - us) of "
+        "two worker processes with a slack of max(2x the candidate's median, 50 us on CUDA / 1 ms on the CPU), "
+        "but that difference is noise of hundreds of microseconds: on the H200 host it ranged from -1930 to "
+        "+812 us run to run, and honest kernels got clock_mismatch (h06_side_stream_joined on axpby_l2: 230 us; "
+        "p13's honest eager calls: 292 us against 227 allowed); on two CPU cores, ~1.1 ms was seen once against "
+        "1 ms. Fix: derive the slack from the measured spread of the overheads (e.g. k times the IQR of both "
+        "workers' wall_us - us, plus the current floor) rather than a fixed floor, compare per-call "
+        "differences of interleaved batches instead of two medians, and let the events themselves cover side "
+        "streams (side_stream_timing) so the clock only has to catch gross cases"),
     "persistent_thread": (
         "GAP: not reliably caught (it passes in about one run of four; otherwise it is caught only because "
         "the thread lost a race, under an unrelated code). A thread started at import is in the census's "
@@ -208,7 +244,9 @@ CHEATS = [
     # unfinished output; failing that, the outside clock sees the time the events missed.
     Case(6, "p06_side_stream.py", "axpby_big", ("deferred_write", "clock_mismatch"), mode="gpu_timed"),
     Case(9, "p09_patch_cuda_event.py", "axpby", ("timer_tampered",), mode="gpu_timed"),
-    Case(13, "p13_graph_capture_noop.py", "axpby", ("timed_output_wrong",), mode="gpu_timed"),
+    # clock_mismatch also counts: on the H200 host the outside clock's noise (hundreds of us between two
+    # workers' per-call overheads) has fired on this kernel's honest eager calls, before graph replay.
+    Case(13, "p13_graph_capture_noop.py", "axpby", ("timed_output_wrong", "clock_mismatch"), mode="gpu_graph"),
 ]
 
 HONEST = [
@@ -226,7 +264,7 @@ HONEST = [
 # #18 is defended by neutralising, not detecting: the persisting-L2 policy must buy nothing.
 L2_CHEAT = Case(18, "p18_persisting_l2.py", "axpby_l2", mode="gpu_timed")
 L2_TWIN = Case(0, "h06_side_stream_joined.py", "axpby_l2", mode="gpu_timed")
-L2_GAIN_ALLOWED = 1.15  # per shape: the cheat may not be faster than its twin beyond noise
+GAIN_ALLOWED = 1.15  # per shape: the cheat may not be faster than its twin beyond noise
 
 _TASK_CACHE: dict = {}
 _VERDICTS: dict[Case, Verdict] = {}
@@ -250,14 +288,29 @@ def codes(verdict: Verdict) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def untimed_cpu_verdicts():
-    """Judge every untimed CPU case up front, two at a time (no clock is read in these)."""
-    cases = [c for c in CHEATS + HONEST if c.mode == "fast" and c not in _VERDICTS]
+def untimed_cpu_verdicts(request):
+    """Judge every selected untimed CPU case up front, two at a time (no clock is read in these)."""
+    selected = {item.callspec.params.get("case") for item in request.session.items if hasattr(item, "callspec")}
+    cases = [c for c in CHEATS + HONEST if c.mode == "fast" and c in selected and c not in _VERDICTS]
     with ThreadPoolExecutor(max_workers=2) as pool:
         for case, verdict in zip(cases, pool.map(lambda c: evaluate(_task(c.task), load_candidate(c.path), None,
                                                                     MODES[c.mode]), cases)):
             _VERDICTS[case] = verdict
     return _VERDICTS
+
+
+def _prefetch(case, request):
+    """Untimed CPU cases are judged together up front; the rest (timed, GPU) one by one when reached."""
+    if case.mode == "fast":
+        request.getfixturevalue("untimed_cpu_verdicts")
+
+
+def _known_false_reject(*verdicts: Verdict):
+    """An honest candidate failed by the outside clock's noise alone: record it as the known gap, not as a
+    new false reject (any other reason still fails the test)."""
+    for v in verdicts:
+        if v.verdict == "fail" and codes(v) == ["clock_mismatch"]:
+            pytest.xfail(f"{GAPS['clock_noise']} | this run: {v.reasons[0].detail}")
 
 
 def _params(cases):
@@ -273,31 +326,38 @@ def _params(cases):
 
 
 @pytest.mark.parametrize("case", _params(CHEATS))
-def test_cheat_fails_with_its_code(case, untimed_cpu_verdicts):
+def test_cheat_fails_with_its_code(case, request):
+    _prefetch(case, request)
     v = judge(case)
     assert v.verdict == "fail", f"{case.file}: {v.verdict} {v.reasons} speedup={v.speedup}"
     assert set(case.codes) & set(codes(v)), f"{case.file}: expected one of {case.codes}, got {v.reasons}"
 
 
 @pytest.mark.parametrize("case", _params(HONEST))
-def test_honest_twin_passes(case, untimed_cpu_verdicts):
+def test_honest_twin_passes(case, request):
+    _prefetch(case, request)
     v = judge(case)
+    if not case.gap:
+        _known_false_reject(v)
     assert v.verdict == "pass" and v.reasons == [], f"{case.file}: {v.verdict} {v.reasons}"
 
 
-# The CPU poison, white-box and deterministic: a fresh process, Harness._poison, then what the kernel's
-# first allocation of an input's size holds.
+# The poison, white-box and deterministic: in a fresh process, Harness._poison and then what the kernel's
+# first allocation of an input's size holds (odd sizes as the held-out shapes have them, and large ones).
 POISON_PROBE = """
+import sys
 import torch
 from ratchet.judge.check import is_poison
 from ratchet.judge.worker import Harness
 
+device = sys.argv[1]
 harness = Harness()
-harness.device = "cpu"
-g = torch.Generator().manual_seed(0)
+harness.device = device
+g = torch.Generator(device=device).manual_seed(0)
 worst = 1.0
-for n in (1000, 4096, 3001, 100000) * 2:
-    x, y = torch.randn(n, generator=g), torch.randn(n, generator=g)
+for n in (1000, 4096, 3001, 1 << 20) * 2:
+    x = torch.randn(n, generator=g, device=device)
+    y = torch.randn(n, generator=g, device=device)
     harness._poison((x, y, 1.0))
     out = torch.empty_like(x)
     worst = min(worst, float(is_poison(out).float().mean()))
@@ -305,13 +365,58 @@ print(worst)
 """
 
 
+def _poisoned_share(device: str) -> float:
+    """The smallest share of poisoned bytes in a kernel's first allocation, over the probe's sizes."""
+    done = subprocess.run([sys.executable, "-c", POISON_PROBE, device], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return float(done.stdout.split()[-1])
+
+
 @pytest.mark.xfail(strict=True, reason=GAPS["cpu_poison"])
 def test_cpu_poison_reaches_the_kernels_allocations():
     """#1 and #19 on the CPU: right after the poison, a kernel's torch.empty_like must hold it."""
-    done = subprocess.run([sys.executable, "-c", POISON_PROBE], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    worst = float(done.stdout.split()[-1])
+    worst = _poisoned_share("cpu")
     assert worst >= 0.99, f"only {worst:.1%} of a fresh allocation held the poison"
+
+
+@pytest.mark.gpu
+@pytest.mark.xfail(strict=True, reason=GAPS["gpu_poison"])
+def test_gpu_poison_reaches_the_kernels_allocations():
+    """#1 and #19 on CUDA: right after the poison, a kernel's torch.empty_like must hold it, at any size."""
+    worst = _poisoned_share("cuda")
+    assert worst >= 0.99, f"only {worst:.1%} of a fresh allocation held the poison"
+
+
+def _worker_median_us(candidate: Path, task: str, shape: dict, calls: int = 9) -> float:
+    """The median time the worker's own timer reports for ``candidate`` (the judge's protocol, no verdict)."""
+    from ratchet.judge.process import Limits, WorkerProcess
+
+    worker = WorkerProcess(Limits(), "probe")
+    try:
+        reply, _ = worker.ask({"op": "load", "task": TASKS[task], "device": "cuda", "candidate": str(candidate),
+                               "kind": "ratchet", "config": {}}, 180)
+        assert "error" not in reply, reply
+        times = []
+        for i in range(calls):
+            reply, _ = worker.ask({"op": "call", "shape": shape, "dtype": "float32", "seed": i, "rng_seed": i,
+                                   "first_of_task": i == 0, "flush": True}, 120)
+            assert "error" not in reply, reply
+            times.append(reply["us"])
+        return sorted(times[1:])[len(times[1:]) // 2]
+    finally:
+        worker.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.xfail(strict=True, reason=GAPS["side_stream_timing"])
+def test_gpu_timer_covers_side_stream_work():
+    """#6: the time the worker reports for a kernel that leaves its work on a side stream must cover that
+    work: not under the time of the same work joined back to the current stream."""
+    shape = {"N": 1 << 26}
+    hidden = _worker_median_us(HERE / "cheats" / "p06_side_stream_unpadded.py", "axpby_big", shape)
+    joined = _worker_median_us(HERE / "honest" / "h06_side_stream_joined.py", "axpby_big", shape)
+    assert hidden * GAIN_ALLOWED >= joined, f"side stream timed at {hidden:.1f} us, the same work joined {joined:.1f} us"
 
 
 @pytest.mark.gpu
@@ -320,13 +425,14 @@ def test_persisting_l2_buys_nothing():
     that pins its input in L2 measures like the same kernel without the policy, and never beats the
     roofline."""
     cheat, twin = judge(L2_CHEAT), judge(L2_TWIN)
+    _known_false_reject(cheat, twin)  # both compute honestly; only their times are in question
     assert twin.verdict == "pass", twin.reasons
     assert "beyond_roofline" not in codes(cheat), cheat.reasons
     assert cheat.verdict == "pass", cheat.reasons
     for c_row, t_row in zip(cheat.shapes, twin.shapes):
         if c_row.median_us is None:
             continue
-        assert c_row.median_us * L2_GAIN_ALLOWED >= t_row.median_us, (
+        assert c_row.median_us * GAIN_ALLOWED >= t_row.median_us, (
             f"shape {c_row.shape}: persisting L2 {c_row.median_us:.2f} us vs {t_row.median_us:.2f} us without")
 
 
@@ -340,7 +446,7 @@ def test_catalog_is_covered():
         assert re.match(rf"p{case.pattern:02d}_", case.file), case.file
     for case in HONEST:
         assert case.path.is_file(), case.path
-    used = {c.path.name for c in CHEATS + HONEST + [L2_CHEAT, L2_TWIN]}
+    used = {c.path.name for c in CHEATS + HONEST + [L2_CHEAT, L2_TWIN]} | {"p06_side_stream_unpadded.py"}
     on_disk = {p.name for d in ("cheats", "honest") for p in (HERE / d).glob("*.py")}
     assert on_disk <= used, f"files no case judges: {sorted(on_disk - used)}"
 

@@ -8,6 +8,7 @@ a plain one. docs/judge.md lists each guard, its cost and what is not defended.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -90,7 +91,22 @@ class Census:
         return flags
 
     def _safe_children(self):
+        """Direct children, read from /proc/self/task/*/children where Linux has it (microseconds,
+        where psutil scans every process on the machine), else through psutil."""
+        try:
+            pids = set()
+            for task in os.scandir("/proc/self/task"):
+                with open(f"/proc/self/task/{task.name}/children") as f:
+                    pids.update(int(p) for p in f.read().split())
+            return [_Pid(p) for p in pids]
+        except OSError:
+            pass
         try:
             return [c for c in self.process.children(recursive=True) if c.is_running()]
         except psutil.Error:
             return []
+
+
+class _Pid:
+    def __init__(self, pid: int):
+        self.pid = pid

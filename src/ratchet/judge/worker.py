@@ -300,6 +300,25 @@ def serve(conn: Connection):
                     reply = {"error": code, "detail": detail}
                     if harness.device == "cuda":
                         _sync_or_die()
+            elif op == "batch":
+                # Correctness calls in bulk (sampling tasks need thousands of draws): each call still
+                # has its own seed, poisoned memory and checks; outputs come back with the replies.
+                results = []
+                for sub in msg["calls"]:
+                    first = calls == 0
+                    calls += 1
+                    try:
+                        result = harness.call(dict(msg, **sub, op="call"))
+                        result.update(harness.fetch({"inputs": True}))
+                    except Exception as exc:
+                        code, detail = classify_exception(exc, first or sub.get("first_of_task", False))
+                        result = {"error": code, "detail": detail}
+                        if harness.device == "cuda":
+                            _sync_or_die()
+                    results.append(result)
+                    if "error" in result:
+                        break
+                reply = {"results": results}
             elif op == "capture":
                 reply = harness.capture(msg)
             elif op == "fetch":
