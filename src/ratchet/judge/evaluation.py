@@ -19,6 +19,7 @@ import torch
 from ratchet.candidate import Candidate
 from ratchet.judge.check import (as_tuple, check_dtypes, check_structure, check_values, inputs_unchanged,
                                  tensor_from_description)
+from ratchet.judge.guards import suspect_source
 from ratchet.judge.process import Limits, WorkerFailure, WorkerProcess
 from ratchet.judge.worker import sample_indices
 from ratchet.judge.timing import CPU_POLICY, GPU_POLICY, TimingPolicy, summarize
@@ -30,7 +31,10 @@ from ratchet.task import StatisticalRule, Task
 ROOFLINE_SLACK = 1.15
 # Wall time the outside clock may see beyond the kernel's own timers and the reference's overhead,
 # before the difference is called hidden work (side streams, threads, patched clocks).
-CLOCK_SLACK_US = {"cuda": 50.0, "cpu": 1000.0}
+CLOCK_SLACK_US = {"cuda": 200.0, "cpu": 1000.0}
+# On CUDA the device's own clock gives a tighter check: the time from the kernel's end event to the
+# end of all device work (after a device-wide synchronize), against the reference's.
+GAP_SLACK_US = 20.0
 # Elements of each output checked per verified timed call (all of them when the output is smaller).
 SAMPLED_ELEMENTS = 1 << 16
 # Correctness calls sent to the worker in one message (each with its own seed and checks).
@@ -75,6 +79,10 @@ class Evaluation:
         verdict = Verdict("pass", task=self.task.name, candidate=self.candidate.path, config=self.config,
                           device=self.device)
         try:
+            suspect = suspect_source(self.candidate.source)
+            if suspect:
+                raise Abort([Reason("harness_tampered", f"the candidate's source uses {', '.join(suspect)}, "
+                                                        "which only code reaching into the judge needs")])
             self._start_workers()
             rows = self._correctness()
             if self.opts.time_it:
@@ -97,7 +105,9 @@ class Evaluation:
     def _start_workers(self):
         limits = self.opts.limits
         # On the CPU, Triton kernels run through Triton's interpreter (slow, but judged the same way).
-        env = {"TRITON_INTERPRET": "1"} if self.device == "cpu" else {}
+        # One thread per CPU worker: two workers take turns on a small machine, and OpenMP threads
+        # spinning in the idle one made the other's times noisy (docs/NOTES.md).
+        env = {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"} if self.device == "cpu" else {}
         if self.opts.gpu_index is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(self.opts.gpu_index)
         self.cand = WorkerProcess(limits, "candidate", env)
@@ -286,6 +296,7 @@ class Evaluation:
         sides = {"cand": self.cand, "ref": self.ref}
         times = {"cand": [], "ref": []}
         overhead = {"cand": [], "ref": []}
+        gaps = {"cand": [], "ref": []}
         extra = {"mode": mode, "graph_key": graph_key, "flush": True}
         for name, worker in sides.items():  # warm-up: the same calls as timed ones, numbers discarded
             for _ in range(policy.warmup_calls):
@@ -303,6 +314,8 @@ class Evaluation:
                     reply = self._call(sides[name], shape, dtype, seed, **extra)
                     times[name].append(reply["us"])
                     overhead[name].append(reply["wall_us"] - reply["us"])
+                    if reply.get("gap_us") is not None:
+                        gaps[name].append(reply["gap_us"])
                     if name == "cand":
                         self._raise_on_flags(reply, label)
                         # Which timed calls get checked is decided after the call: the kernel cannot know.
@@ -315,7 +328,7 @@ class Evaluation:
             spent = time.perf_counter() - started
             if tight or spent > policy.cap_s * 2 or n >= policy.max_reps or time.perf_counter() > self.deadline:
                 break
-        self._clock_check(cand[0], overhead, label)
+        self._clock_check(cand[0], overhead, gaps, label)
         return {"cand": cand, "ref": ref, "cand_times": times["cand"], "ref_times": times["ref"]}
 
     def _verify_timed(self, shape, dtype, seed, label):
@@ -324,6 +337,7 @@ class Evaluation:
         sampled = rule is None and not callable(self.task.check)
         sample = {"seed": self.rng.getrandbits(62), "count": SAMPLED_ELEMENTS} if sampled else None
         fetched, _ = self.cand.ask({"op": "fetch", "inputs": False, "sample": sample}, self.opts.limits.call_s)
+        self._raise_on_error(fetched)
         try:
             pair = self._verify(shape, dtype, seed, fetched, label, statistical=rule is not None, sample=sample)
             if rule and rule.test([pair]):
@@ -334,14 +348,29 @@ class Evaluation:
                 raise Abort([Reason("timed_output_wrong", r.detail) for r in abort.reasons]) from None
             raise
 
-    def _clock_check(self, cand_median_us: float, overhead: dict, label: str):
-        """The outside clock: per-call wall time beyond the kernel's timer, against the reference's."""
-        hidden = _median(overhead["cand"]) - _median(overhead["ref"])
+    def _clock_check(self, cand_median_us: float, overhead: dict, gaps: dict, label: str):
+        """Time the kernel's own timer did not see: device work after its end event (CUDA), and the
+        outside wall clock per call, each against the reference's in the same session."""
+        if gaps["cand"] and gaps["ref"]:
+            hidden = _median(gaps["cand"]) - _median(gaps["ref"])
+            slack = GAP_SLACK_US + 0.25 * cand_median_us
+            if hidden > slack:
+                raise Abort([Reason("clock_mismatch",
+                                    f"{label}: the device worked {hidden:.0f} us per call after the kernel's end "
+                                    f"event (more than the reference, allowed {slack:.0f} us): work on another stream?")])
+        # Lower quartiles: host noise comes in spikes, hidden work in every call.
+        hidden = _quartile(overhead["cand"]) - _quartile(overhead["ref"])
         slack = max(2 * cand_median_us, CLOCK_SLACK_US[self.device])
         if hidden > slack:
             raise Abort([Reason("clock_mismatch",
                                 f"{label}: {hidden:.0f} us per call seen by the outside clock beyond the "
                                 f"kernel's timed {cand_median_us:.1f} us (allowed {slack:.0f} us)")])
+
+
+def _quartile(xs: list[float]) -> float:
+    import numpy as np
+
+    return float(np.percentile(xs, 25)) if xs else 0.0
 
 
 def _median(xs: list[float]) -> float:

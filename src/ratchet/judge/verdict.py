@@ -34,6 +34,7 @@ FAIL_CODES = {
     "statistical": "sampled outputs do not follow the task's distribution",
     "shape_unsupported": "the kernel raised on a shape other than the first (held-out or odd shape)",
     "forged_result": "a message on the result channel did not come from the harness",
+    "harness_tampered": "the kernel replaced the judge's harness code or reaches into it",
 }
 ERROR_CODES = {
     "import_error": "the candidate file failed to import",

@@ -26,6 +26,9 @@ from ratchet.judge.check import POISON_BYTE, as_tuple
 from ratchet.task import Task, load_task
 
 
+POISON_COPIES = 4
+
+
 class Harness:
     def __init__(self):
         self.task: Task | None = None
@@ -38,6 +41,9 @@ class Harness:
         self.flusher = None
         self.graphs: dict = {}
         self.census = None
+        self.snapshot: tuple = ()
+        self.output_sizes: set[int] = set()
+        self.hold_cycles = 0
 
     # -- loading ---------------------------------------------------------------------------------
     def load(self, msg: dict) -> dict:
@@ -47,6 +53,7 @@ class Harness:
             torch.cuda.init()
             torch.cuda.set_per_process_memory_fraction(msg.get("memory_fraction", 0.4))
             self.flusher = timing.L2Flusher(torch.device("cuda"))
+            self.hold_cycles = timing.cycles_for_us(timing.LAUNCH_HOLD_US)
         self.task = load_task(msg["task"])
         if msg.get("candidate") is None:
             self.kernel = self.task.reference  # the reference, timed in a worker of its own
@@ -85,7 +92,7 @@ class Harness:
         dtype = getattr(torch, msg["dtype"])
         inputs = self.inputs_for(msg["shape"], dtype, msg["seed"])
         self.last_inputs = inputs
-        self.last_outputs = ()
+        self.last_outputs = self.snapshot = ()
         if msg.get("poison"):
             self._poison(inputs)
         cuda = self.device == "cuda"
@@ -93,62 +100,59 @@ class Harness:
             self.flusher()
         torch.manual_seed(msg["rng_seed"])
         self.census.before()
-        profile = msg.get("profile") and self.task.forbidden
         graph = self.graphs.get(msg.get("graph_key")) if msg.get("mode") == "graph" else None
         ops = None
-        if profile:
+        if msg.get("profile") and self.task.forbidden:
             outs, ops = self._profiled(inputs)
-            elapsed = None
+            timer = None
         elif graph is not None:
-            outs, elapsed = self._replay(graph)
+            if cuda:
+                self.gpu_hold()
+            timer = timing.Timer(self.device)
+            graph[0].replay()
+            outs = graph[1]
+            timer.stop()
         else:
-            outs, elapsed = self._start_timed(inputs)
+            if cuda:
+                self.gpu_hold()  # the launch below is queued before the GPU reaches the start event
+            timer = timing.Timer(self.device)
+            outs = self.kernel(*inputs, **self.config)
+            timer.stop()
         outs = as_tuple(outs)
         # Deferred work: what the caller could read right at return (copied on the current stream,
-        # before any device-wide sync) must equal what is there once every stream and thread is done.
-        snapshot = [o.clone() if type(o) is torch.Tensor else None for o in outs]
+        # before any device-wide sync) must equal what is there once every stream and thread is done;
+        # fetch() compares again, so a thread that writes later still shows.
+        self.snapshot = tuple(o.clone() if type(o) is torch.Tensor else o for o in outs)
         if cuda:
             timing.synchronize()
-        elapsed_us = elapsed() if elapsed else None
+        result = timer.read() if timer else {"us": None}
         self.census.settle()
         flags = self.census.after()
-        deferred = any(s is not None and not _bitwise_equal(s, o) for s, o in zip(snapshot, outs))
+        deferred = not _all_equal(self.snapshot, outs)
         self.last_outputs = outs
         return {
-            "us": elapsed_us,
+            **result,
             "deferred": deferred,
             "flags": flags + guards.tampered_primitives() + guards.precision_flags_changed(),
             "ops": ops,
         }
 
-    def _start_timed(self, inputs: tuple):
-        """Run the kernel between two timer reads; returns its outputs and a function giving the
-        elapsed microseconds (on CUDA, valid once the device has been synchronized)."""
-        if self.device == "cuda":
-            start, end = timing.Event(enable_timing=True), timing.Event(enable_timing=True)
-            start.record()
-            outs = self.kernel(*inputs, **self.config)
-            end.record()
-            return outs, lambda: start.elapsed_time(end) * 1000.0
-        t0 = timing.perf_counter_ns()
-        outs = self.kernel(*inputs, **self.config)
-        t1 = timing.perf_counter_ns()
-        return outs, lambda: (t1 - t0) / 1000.0
-
-    def _replay(self, graph):
-        g, static_outs = graph
-        start, end = timing.Event(enable_timing=True), timing.Event(enable_timing=True)
-        start.record()
-        g.replay()
-        end.record()
-        return static_outs, lambda: start.elapsed_time(end) * 1000.0
+    def gpu_hold(self):
+        """Keep the GPU busy while the CPU launches the kernel, so its time excludes launch overhead."""
+        torch.cuda._sleep(self.hold_cycles)
 
     def _profiled(self, inputs: tuple):
-        """One call under torch.profiler: the list of ops and kernels that really ran."""
+        """One call under torch.profiler: the ops and kernels that really ran, on every thread."""
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device == "cuda" else [])
-        with profile(activities=activities) as prof:
+        try:
+            from torch._C._profiler import _ExperimentalConfig
+
+            extra = {"experimental_config": _ExperimentalConfig(profile_all_threads=True)}
+        except (ImportError, TypeError):  # older torch: the calling thread only (docs/judge.md)
+            extra = {}
+        with profile(activities=activities, **extra) as prof:
             outs = self.kernel(*inputs, **self.config)
             if self.device == "cuda":
                 timing.synchronize()
@@ -176,16 +180,38 @@ class Harness:
         return {"captured": True}
 
     def _poison(self, inputs: tuple):
-        """Fill free memory with 0xFF so an output that is allocated but never written shows it."""
-        nbytes = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
-        nbytes = max(4 * nbytes, 1 << 20)
+        """Fill free memory with 0xFF so an output that is allocated but never written shows it.
+
+        Allocators hand back a freed block of the same size first (the caching allocator's best fit,
+        malloc's bins), so the poison is freed in blocks the size of each input and of the last
+        outputs: an output the size of any of them lands on poison.
+        """
+        sizes = {t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor)}
+        sizes |= self.output_sizes
         if self.device == "cuda":
             torch.cuda.empty_cache()
-        junk = torch.empty(nbytes, dtype=torch.uint8, device=self.device).fill_(POISON_BYTE)
+        else:
+            guards.keep_freed_memory_in_heap()
+        junk, spacers = [], []
+        for n in sorted(sizes):
+            for _ in range(POISON_COPIES):
+                junk.append(torch.empty(n, dtype=torch.uint8, device=self.device).fill_(POISON_BYTE))
+                # A small live block between poisoned ones keeps malloc from merging them into one
+                # free chunk that a later allocation of another size would split up.
+                spacers.append(torch.empty(64, dtype=torch.uint8, device=self.device))
+        junk.append(torch.empty(1 << 20, dtype=torch.uint8, device=self.device).fill_(POISON_BYTE))
         del junk
+        self.spacers = spacers  # freed at the next poisoning, after the kernel ran
 
     def fetch(self, msg: dict) -> dict:
-        outs = describe_outputs(self.last_outputs, self.last_inputs, msg.get("sample"))
+        if self.device == "cuda":
+            timing.synchronize()
+        # Outputs that changed since the kernel returned: work still running after return (a thread
+        # started at import writes late). The caller saw the snapshot, so the snapshot is judged.
+        if not _all_equal(self.snapshot, self.last_outputs):
+            return {"error": "deferred_write", "detail": "an output changed after the kernel returned"}
+        self.output_sizes = {o.numel() * o.element_size() for o in self.snapshot if type(o) is torch.Tensor}
+        outs = describe_outputs(self.last_outputs, self.last_inputs, msg.get("sample"), self.snapshot)
         ins = [describe_tensor(t) if isinstance(t, torch.Tensor) else None for t in self.last_inputs] if msg.get(
             "inputs") else None
         return {"outputs": outs, "inputs_after": ins}
@@ -203,12 +229,14 @@ def sample_indices(numel: int, sample: dict) -> torch.Tensor:
     return torch.randint(0, numel, (min(sample["count"], numel),), generator=generator)
 
 
-def describe_outputs(outs: tuple, inputs: tuple, sample: dict | None = None) -> list[dict]:
+def describe_outputs(outs: tuple, inputs: tuple, sample: dict | None = None, values: tuple | None = None) -> list[dict]:
     """Plain facts about each output. Subclasses are named, never touched: touching runs their code.
 
-    With ``sample`` only the elements at the judge's random indices travel (timed calls of large
-    shapes), which the kernel cannot know in advance: the call has already returned.
+    Type, density and aliasing are read from ``outs`` as the kernel returned them; the values from
+    ``values`` (the snapshot taken at return) where given. With ``sample`` only the elements at the
+    judge's random indices travel (timed calls of large shapes), chosen after the call returned.
     """
+    values = values if values is not None else outs
     descs = []
     storages = {}
     for t in inputs:
@@ -225,10 +253,12 @@ def describe_outputs(outs: tuple, inputs: tuple, sample: dict | None = None) -> 
         desc = {"type": "torch.Tensor", "dense": bool(o.is_contiguous() and own), "device": str(o.device),
                 "aliases": storages.get(storage.data_ptr()) if o.numel() else None}
         storages[storage.data_ptr()] = f"output {i}"
-        desc.update(describe_tensor(o))
+        value = values[i]
         if sample is not None and o.numel():
-            picked = o.detach().flatten()[sample_indices(o.numel(), sample).to(o.device)]
+            picked = value.detach().flatten()[sample_indices(value.numel(), sample).to(value.device)]
             desc.update(describe_tensor(picked), shape=list(o.shape), sampled=True)
+        else:
+            desc.update(describe_tensor(value))
         descs.append(desc)
     return descs
 
@@ -239,6 +269,12 @@ def _same_layout(a: tuple, b: tuple) -> bool:
         or (not isinstance(x, torch.Tensor) and not isinstance(y, torch.Tensor))
         for x, y in zip(a, b)
     )
+
+
+def _all_equal(snapshot: tuple, outs: tuple) -> bool:
+    return len(snapshot) == len(outs) and all(
+        s is o or (type(s) is torch.Tensor and type(o) is torch.Tensor and _bitwise_equal(s, o))
+        for s, o in zip(snapshot, outs))
 
 
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -275,9 +311,13 @@ def classify_exception(exc: BaseException, first_call: bool) -> tuple[str, str]:
 def serve(conn: Connection):
     harness = Harness()
     calls = 0
+    # Bound before any candidate import: a kernel that replaces conn.send or Connection.send cannot
+    # swallow the harness's replies, and harness_flags() names what it replaced.
+    send, recv = conn.send, conn.recv
+    integrity = guards.HarnessIntegrity([Harness, sys.modules[__name__], guards, timing, Connection], conn)
     while True:
         try:
-            msg = conn.recv()
+            msg = recv()
         except EOFError:
             return
         op, nonce = msg["op"], msg.get("nonce")
@@ -327,8 +367,11 @@ def serve(conn: Connection):
                 reply = {"error": "worker_error", "detail": f"unknown op {op}"}
         except Exception as exc:  # a harness bug: report it rather than hang the judge
             reply = {"error": "worker_error", "detail": _one_line(exc) + " | " + traceback.format_exc(limit=3)}
+        tampered = integrity.check()
+        if tampered:
+            reply = {"error": "harness_tampered", "detail": "; ".join(tampered)}
         reply["nonce"] = nonce
-        conn.send(reply)
+        send(reply)
 
 
 def _sync_or_die():
