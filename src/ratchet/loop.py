@@ -17,7 +17,7 @@ from typing import Callable
 from ratchet.candidate import Candidate, load_candidate
 from ratchet.judge import JudgeOptions, evaluate
 from ratchet.keep import decide
-from ratchet.ledger import Ledger, source_sha256
+from ratchet.ledger import Ledger
 from ratchet.search.base import Outcome, Proposal, Proposer
 from ratchet.task import Task
 

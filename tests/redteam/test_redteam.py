@@ -302,26 +302,6 @@ def test_gpu_poison_reaches_the_kernels_allocations():
     assert worst >= 0.99, f"only {worst:.1%} of a fresh allocation held the poison"
 
 
-def _worker_median_us(candidate: Path, task: str, shape: dict, calls: int = 9) -> float:
-    """The median time the worker's own timer reports for ``candidate`` (the judge's protocol, no verdict)."""
-    from ratchet.judge.process import Limits, WorkerProcess
-
-    worker = WorkerProcess(Limits(), "probe")
-    try:
-        reply, _ = worker.ask({"op": "load", "task": TASKS[task], "device": "cuda", "candidate": str(candidate),
-                               "kind": "ratchet", "config": {}}, 180)
-        assert "error" not in reply, reply
-        times = []
-        for i in range(calls):
-            reply, _ = worker.ask({"op": "call", "shape": shape, "dtype": "float32", "seed": i, "rng_seed": i,
-                                   "first_of_task": i == 0, "flush": True}, 120)
-            assert "error" not in reply, reply
-            times.append(reply["us"])
-        return sorted(times[1:])[len(times[1:]) // 2]
-    finally:
-        worker.close()
-
-
 @pytest.mark.gpu
 def test_side_stream_work_is_seen_by_the_device_clock():
     """#6: a kernel that leaves its work on a side stream reports only its launch to the events on the

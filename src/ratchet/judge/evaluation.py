@@ -114,6 +114,11 @@ class Evaluation:
         if self.opts.time_it:
             self.ref = WorkerProcess(limits, "reference", env)
         load = {"op": "load", "task": self.task.source_path or self.task.name, "device": self.device}
+        if self.device == "cuda":
+            from ratchet.judge.timing import LAUNCH_HOLD_US, cycles_for_us
+
+            with torch.cuda.device(self.torch_device):
+                load["hold_cycles"] = cycles_for_us(LAUNCH_HOLD_US)
         cand_reply, _ = self.cand.ask(dict(load, candidate=self.candidate.path, kind=self.candidate.kind,
                                            config=self.config), limits.import_s)
         self._raise_on_error(cand_reply)

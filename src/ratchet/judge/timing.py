@@ -107,16 +107,25 @@ _CYCLES_PER_US: float | None = None
 
 
 def cycles_for_us(us: float) -> int:
-    """Cycles of ``torch.cuda._sleep`` that keep the GPU busy for about ``us`` microseconds."""
+    """Cycles of ``torch.cuda._sleep`` that keep the GPU busy for at least ``us`` microseconds.
+
+    The judge computes this once and hands the same number to both workers: calibrated in each worker,
+    one saw the idle clock (375 MHz on the H200) and the other the boost clock (1980 MHz), so their
+    holds differed by ~250 us and the outside clock check falsely rejected an honest kernel
+    (docs/NOTES.md, 2026-11-30). The fastest of several measurements (the boost clock) is used, so at
+    any lower clock the hold only lasts longer.
+    """
     global _CYCLES_PER_US
     if _CYCLES_PER_US is None:
-        start, end = Event(enable_timing=True), Event(enable_timing=True)
-        torch.cuda._sleep(1000)  # load the module outside the measurement
-        start.record()
-        torch.cuda._sleep(1_000_000)
-        end.record()
-        end.synchronize()
-        _CYCLES_PER_US = 1_000_000 / max(1.0, start.elapsed_time(end) * 1000.0)
+        rates = []
+        for _ in range(6):  # the first ones raise the clock from idle
+            start, end = Event(enable_timing=True), Event(enable_timing=True)
+            start.record()
+            torch.cuda._sleep(1_000_000)
+            end.record()
+            end.synchronize()
+            rates.append(1_000_000 / max(1.0, start.elapsed_time(end) * 1000.0))
+        _CYCLES_PER_US = max(rates)
     return int(us * _CYCLES_PER_US)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.util
-import inspect
 import os
 import sys
 import threading
@@ -53,7 +52,8 @@ class Harness:
             torch.cuda.init()
             torch.cuda.set_per_process_memory_fraction(msg.get("memory_fraction", 0.4))
             self.flusher = timing.L2Flusher(torch.device("cuda"))
-            self.hold_cycles = timing.cycles_for_us(timing.LAUNCH_HOLD_US)
+            # The judge's number, the same in both workers (calibrated here only when none is given).
+            self.hold_cycles = int(msg.get("hold_cycles") or timing.cycles_for_us(timing.LAUNCH_HOLD_US))
         self.task = load_task(msg["task"])
         if msg.get("candidate") is None:
             self.kernel = self.task.reference  # the reference, timed in a worker of its own
