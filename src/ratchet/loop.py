@@ -106,8 +106,9 @@ class Loop:
         except KeyboardInterrupt:
             self.ledger.set_status(self.run_id, "stopped", "interrupted (Ctrl-C); resume with --resume")
             raise
-        status = "done" if stop in ("target reached", "search space exhausted") else "stopped"
-        self.ledger.set_status(self.run_id, status, stop)
+        # A run that reached its end (target, budget, exhausted space) is done; only an interrupted
+        # run (Ctrl-C, SIGKILL: status still "running") is resumed.
+        self.ledger.set_status(self.run_id, "done", stop)
         best = self.ledger.best(self.run_id)
         return LoopResult(stop or "", len(self.ledger.attempts(self.run_id)), best and best["speedup"], self.failures)
 
