@@ -3,8 +3,10 @@
 If the chunk covers the row (BLOCK_H == 0 means next_power_of_2(H)), the row stays in registers and x
 is read from DRAM once. Otherwise the row is walked twice in BLOCK_H chunks: sum of squares, then
 scale and store (the second read of a row mostly hits L2).
-Measured on one H200 (bf16, do_bench): [16384, 8192] 136 us = 3.95 TB/s, [4096, 4096] 22 us; decode
-shapes (T <= 256) take 5-8 us, launch-bound. torch's fused rms_norm took 203 / 27 / 11-18 us there.
+Measured on one H200, 2026-11-29, torch 2.11 / triton 3.6, bf16, with triton.testing.do_bench in a
+developer's ad-hoc script (not yet through `ratchet eval`; see docs/NOTES.md): [16384, 8192] 136 us
+= 3.95 TB/s, [4096, 4096] 22 us; decode shapes (T <= 256) 5-8 us, launch-bound. torch's fused
+rms_norm took 203 / 27 / 11-18 us in the same script.
 """
 
 import torch
