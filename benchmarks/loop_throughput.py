@@ -1,0 +1,71 @@
+"""Loop throughput: candidates judged per minute on one GPU, and the share of wall time the GPU is busy.
+
+Runs `ratchet run` (the tuner over a seed's SPACE, in a scratch ledger) for a fixed number of attempts
+while a thread samples the GPU's utilization through NVML every 20 ms.
+
+    python benchmarks/loop_throughput.py --task rmsnorm --budget 12 --out out/
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from ratchet.ledger import Ledger
+from ratchet.run_command import RunRequest, start_or_resume
+
+
+class BusySampler(threading.Thread):
+    """Mean of NVML's utilization.gpu over the run (the share of time a kernel was running)."""
+
+    def __init__(self, index: int = 0, period_s: float = 0.02):
+        super().__init__(daemon=True)
+        import pynvml
+
+        pynvml.nvmlInit()
+        self.nvml, self.handle, self.period = pynvml, pynvml.nvmlDeviceGetHandleByIndex(index), period_s
+        self.samples: list[int] = []
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            self.samples.append(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
+            time.sleep(self.period)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", default="rmsnorm")
+    parser.add_argument("--budget", type=int, default=12)
+    parser.add_argument("--out", default="out")
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    sampler = BusySampler() if device == "cuda" else None
+    if sampler:
+        sampler.start()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, Ledger(Path(tmp) / "ledger.sqlite") as ledger:
+        start_or_resume(ledger, RunRequest(task=args.task, budget=args.budget, device=device), Console(stderr=True))
+        attempts = ledger.list_runs()[0]["attempts"]
+    wall = time.perf_counter() - t0
+    busy = None
+    if sampler:
+        sampler.stop.set()
+        sampler.join()
+        busy = sum(sampler.samples) / max(1, len(sampler.samples))
+    name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    text = (f"{name}, {time.strftime('%Y-%m-%d')}, {args.task}: {attempts} attempts in {wall:.0f} s = "
+            f"{60 * attempts / wall:.1f} candidates/min; GPU busy {'-' if busy is None else f'{busy:.0f}%'}")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "loop_throughput.txt").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""The search-efficiency benchmark's replay, on a recorded table: each search reaches the best."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_replay_counts_trials_to_the_best(tmp_path):
+    seed = str(ROOT / "tests" / "data" / "candidates" / "axpby_tunable.py")
+    speed = {0: 1.0, 64: 1.1, 256: 2.0, 1024: 1.2}
+    rows = [{"config": {"CHUNK": c, "ORDER": o}, "verdict": "pass", "speedup": speed[c] + (0.01 if o == "yx" else 0),
+             "judge_s": 2.0} for c in speed for o in ("xy", "yx")]
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({"task": "axpby", "seed_file": seed, "device": "recorded", "date": "2026-11-30",
+                                 "rows": rows}))
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_efficiency.py"), "--table", str(table),
+                           "--out", str(tmp_path), "--search-seeds", "5"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("| ")}
+    # Grid walks SPACE in order: CHUNK=256 comes 5th (0/xy, 0/yx, 64/xy, 64/yx, 256/xy).
+    assert lines["grid"].split("|")[2].strip() == "5"
+    assert lines["grid"].split("|")[4].strip() == "10"  # five trials of 2 judge seconds
+    for sampler in ("tpe", "random"):
+        assert 1 <= float(lines[sampler].split("|")[2]) <= 8
