@@ -79,7 +79,8 @@ def wrong_temperature(logits, top_p):  # the right nucleus, sampled from softmax
     return _sample(*_nucleus_probs(logits, top_p, temperature=1.3))
 
 
-HONEST = [("reference", {}), ("cpu_sort", {}), ("cpu_sort", {"prefilter_k": 1024}), ("cpu_sort_free", {})]
+HONEST = [("reference", {}), ("cpu_sort", {}), ("cpu_sort", {"prefilter_k": 1024}), ("cpu_sort_free", {}),
+          ("cpu_topk_race", {})]
 
 
 @pytest.mark.parametrize("shape", CPU_SHAPES + TASK.cpu.held_out.draw(random.Random(7))[:1],
@@ -88,6 +89,50 @@ HONEST = [("reference", {}), ("cpu_sort", {}), ("cpu_sort", {"prefilter_k": 1024
 def test_honest_samplers_pass(name, config, shape):
     fn = TASK.reference if name == "reference" else _load(name).kernel
     assert RULE.test(_collect(lambda l, p: fn(l, p, **config), shape)) == []
+
+
+# Every config the CPU tuner may try must be exact, on every path: cpu_sort_free's histogram cutoff
+# (SMALL=0 everywhere, SMALL=3000 above 3000 logits) and its topk path (B*V <= SMALL: B=1xV1000, and
+# B=4xV600 where some rows fall back to the full sort); cpu_topk_race's covered rows and fallbacks.
+TUNED_CPU_SEEDS = ["cpu_sort", "cpu_sort_free", "cpu_topk_race"]
+
+
+@pytest.mark.parametrize("shape", CPU_SHAPES + [{"B": 4, "V": 600}, {"B": 33, "V": 2501}],
+                         ids=lambda s: f"B{s['B']}xV{s['V']}")
+@pytest.mark.parametrize("name", TUNED_CPU_SEEDS)
+def test_every_cpu_seed_config_passes(name, shape):
+    from ratchet.candidate import load_candidate
+
+    kernel = _load(name).kernel
+    configs = load_candidate(SEEDS[name]).all_configs()
+    assert 1 <= len(configs) <= 12, "a CPU seed's SPACE should stay small enough for a short run to explore"
+    for i, config in enumerate(configs):
+        pairs = _collect(lambda l, p: kernel(l, p, **config), shape, seed=20 + i)
+        assert RULE.test(pairs) == [], config
+
+
+@pytest.mark.parametrize("name", ["cpu_sort_free", "cpu_topk_race"])
+def test_cpu_seeds_edge_rows(name):
+    # Ties straddling the cutoff, one finite logit, a flat row, top_p = 1, V = 1 and 2, a very peaked
+    # row: every config keeps its draws in the nucleus (and passes the KS test where it applies).
+    from ratchet.candidate import load_candidate
+
+    gen = torch.Generator().manual_seed(5)
+    cases = [
+        (torch.tensor([[3.0, 3, 1, 1, 1, 1, 0, 0, 0, 0]]).repeat(64, 1), torch.full((64,), 0.75)),
+        (torch.tensor([[0.0] + [-float("inf")] * 9]).repeat(8, 1), torch.rand(8, generator=gen)),
+        (torch.zeros(16, 777), torch.rand(16, generator=gen)),
+        (torch.randn(16, 500, generator=gen) * 3, torch.ones(16)),
+        (torch.randn(4, 1, generator=gen), torch.rand(4, generator=gen)),
+        (torch.randn(4, 2, generator=gen), torch.rand(4, generator=gen)),
+        (torch.randn(32, 3000, generator=gen) * 30, torch.rand(32, generator=gen)),
+    ]
+    kernel = _load(name).kernel
+    torch.manual_seed(6)
+    for config in load_candidate(SEEDS[name]).all_configs():
+        for logits, top_p in cases:
+            pairs = [((logits, top_p), (kernel(logits, top_p, **config),)) for _ in range(32)]
+            assert RULE.test(pairs) == [], (config, tuple(logits.shape))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs without a GPU; test_seeds_on_gpu covers it")
@@ -146,7 +191,7 @@ def test_false_reject_rate_of_an_honest_sampler():
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [{"B": 1, "V": 128256}, {"B": 64, "V": 129280}, {"B": 37, "V": 100003}],
                          ids=lambda s: f"B{s['B']}xV{s['V']}")
-@pytest.mark.parametrize("name", ["reference", "cpu_sort", "cpu_sort_free", "triton_pivot"])
+@pytest.mark.parametrize("name", ["reference", "cpu_sort", "cpu_sort_free", "cpu_topk_race", "triton_pivot"])
 def test_seeds_on_gpu(name, shape):
     fn = TASK.reference if name == "reference" else _load(name).kernel
     assert RULE.test(_collect(fn, shape, device="cuda")) == []

@@ -25,7 +25,7 @@ crossing bucket); a smaller one the opposite. All randomness comes from torch's 
 
 import torch
 
-SPACE = {"SMALL": [3000, 0, 12000], "BUCKET_SHIFT": [20, 23, 16], "SAMPLER": ["cdf", "race"]}
+SPACE = {"SMALL": [3000, 0], "BUCKET_SHIFT": [20, 23, 16], "SAMPLER": ["cdf", "race"]}
 
 _ONE_BITS = 0x3F800000  # bits of 1.0f: no probability lies above it
 _SMALL_K = 64  # candidates per row on the small-input path
@@ -104,4 +104,4 @@ def _cutoff(probs, tp, shift):
     excl = v.double().cumsum(0) - v  # exclusive prefix mass over all rows (float64: rows are long)
     before = above.double()[rows] + excl - excl[starts.clamp(max=last)][rows]  # mass ranked above
     n_in = torch.bincount(rows, weights=(before < tp.double()[rows]).double(), minlength=B).long()
-    return torch.where(counts > 0, v[(starts + n_in - 1).clamp(0, last)], t)
+    return torch.where(counts > 0, v[(starts + n_in.clamp(min=1) - 1).clamp(max=last)], t)
