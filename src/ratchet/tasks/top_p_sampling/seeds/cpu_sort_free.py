@@ -15,7 +15,7 @@ cutoff (ties with t are all kept, as the task allows). Then one token is drawn f
   nucleus (no normalization, no cumulative sum, but one exponential per token).
 
 The histogram path costs dozens of small torch ops, which dominate tiny inputs: at most ``SMALL``
-logits (B * V) take a short path instead: torch.topk of 64 candidates per row, which holds the nucleus
+logits (B * V) take a short path instead: torch.topk of 256 candidates per row, which holds the nucleus
 of most rows (the rest are sorted in full, cheap at that size), cut by cumulative mass and sampled by
 inverse CDF on the sorted cumulative sum.
 
@@ -28,7 +28,7 @@ import torch
 SPACE = {"SMALL": [3000, 0], "BUCKET_SHIFT": [20, 23, 16], "SAMPLER": ["cdf", "race"]}
 
 _ONE_BITS = 0x3F800000  # bits of 1.0f: no probability lies above it
-_SMALL_K = 64  # candidates per row on the small-input path
+_SMALL_K = 256  # candidates per row on the small-input path
 
 
 def kernel(logits, top_p, SMALL=3000, BUCKET_SHIFT=20, SAMPLER="cdf"):
