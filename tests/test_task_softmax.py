@@ -1,0 +1,148 @@
+"""The softmax task and its seeds: values against the float64 reference, per dtype, odd shapes included."""
+
+import importlib.util
+import os
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from ratchet.candidate import load_candidate
+from ratchet.task import DEFAULT_TOLERANCES, load_task
+
+TASK = load_task("softmax")
+SEEDS = Path(TASK.seeds_dir)
+# One vocabulary row (wider than every one-pass block), odd N, and many short rows.
+SHAPES = [{"M": 1, "N": 32000}, {"M": 3, "N": 20001}, {"M": 7, "N": 1000}, {"M": 33, "N": 257}]
+TRITON_SEEDS = ("triton_rowwise", "triton_online")
+
+
+def _import(name):
+    spec = importlib.util.spec_from_file_location(f"softmax_seed_{name}", SEEDS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _inputs(shape, dtype, seed=0):
+    return TASK.make_inputs(shape, dtype, "cpu", torch.Generator().manual_seed(seed))
+
+
+def _bad(out, ref, dtype):
+    tol = TASK.tolerances[dtype]
+    return (out.double() - ref).abs() > tol.atol + tol.rtol * ref.abs()
+
+
+def _assert_matches(out, inputs, dtype):
+    (x,) = inputs
+    ref = TASK.reference(x.double())
+    assert out.dtype == dtype and out.shape == x.shape
+    tol = TASK.tolerances[dtype]
+    torch.testing.assert_close(out.double(), ref, atol=tol.atol, rtol=tol.rtol)
+
+
+@pytest.fixture(scope="module", params=TRITON_SEEDS)
+def triton_seed(request):
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("no GPU and Triton was not put in interpreter mode")
+    pytest.importorskip("triton")
+    return request.param, _import(request.param)
+
+
+@pytest.mark.parametrize("dtype", TASK.dtypes)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s['M']}x{s['N']}")
+def test_cpu_seed_matches_reference(shape, dtype):
+    module = _import("cpu_torch")
+    inputs = _inputs(shape, dtype)
+    x_before = inputs[0].clone()
+    for chunk in load_candidate(SEEDS / "cpu_torch.py").space["CHUNK"]:
+        _assert_matches(module.kernel(*inputs, CHUNK=chunk), inputs, dtype)
+    assert torch.equal(inputs[0], x_before)  # fp32 .to() aliases x: the seed must not write into it
+
+
+@pytest.mark.parametrize("dtype", TASK.dtypes)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s['M']}x{s['N']}")
+def test_triton_seeds_match_reference(triton_seed, shape, dtype):
+    inputs = _inputs(shape, dtype, seed=1)
+    _assert_matches(triton_seed[1].kernel(*inputs), inputs, dtype)
+
+
+def test_every_triton_config_is_correct_on_an_odd_shape(triton_seed):
+    # N = 20001 is odd and wider than every BLOCK_N: the looped paths, the split row and its masked tail.
+    name, module = triton_seed
+    inputs = _inputs({"M": 3, "N": 20001}, torch.bfloat16, seed=2)
+    configs = load_candidate(SEEDS / f"{name}.py").all_configs()
+    assert 1 < len(configs) <= 12
+    for config in configs:
+        _assert_matches(module.kernel(*inputs, **config), inputs, torch.bfloat16)
+
+
+def test_wrong_answers_are_rejected_by_the_tolerance():
+    (x,) = _inputs({"M": 8, "N": 20001}, torch.float32)
+    xd = x.double()
+    ref = TASK.reference(xd)
+    # No max subtraction: exp overflows fp32 on the high rows (inf / inf = NaN).
+    naive = x.exp() / x.exp().sum(-1, keepdim=True)
+    assert (~torch.isfinite(naive)).any()
+    # Normalized by one global max and sum instead of each row's: wrong rows.
+    e = (xd - xd.max()).exp()
+    global_sum = e / e.sum()
+    # fp32 work done in bf16 (#16 of the catalog): the fp32 row must see it.
+    xb = x.bfloat16()
+    eb = (xb - xb.amax(-1, keepdim=True)).exp()
+    bf16_math = (eb / eb.sum(-1, keepdim=True)).float()
+    assert _bad(global_sum, ref, torch.float32).any()
+    assert _bad(bf16_math, ref, torch.float32).any()
+    # Zeros for the small probabilities pass the default atol (1e-2 for bf16; every probability of a
+    # near-uniform 20k row is ~5e-5) but not the task's.
+    truncated = torch.where(ref > 1e-3, ref, torch.zeros_like(ref))
+    default = DEFAULT_TOLERANCES[torch.bfloat16]
+    assert not ((truncated - ref).abs() > default.atol + default.rtol * ref.abs()).all(-1).any()
+    assert _bad(truncated, ref, torch.bfloat16).any(-1).all()
+
+
+def test_make_inputs_deterministic_and_spread():
+    shape = {"M": 64, "N": 257}
+    (a,), (b,) = _inputs(shape, torch.float32, seed=5), _inputs(shape, torch.float32, seed=5)
+    (c,) = _inputs(shape, torch.float32, seed=6)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    row_std = a.std(-1)
+    assert row_std.max() / row_std.min() > 4  # flat and peaked rows
+    high = a.amax(-1) > 89  # exp(x) overflows fp32 there without the max subtraction
+    assert 0.25 < high.float().mean() < 0.75
+    assert a.mean(-1).max() - a.mean(-1).min() > 60  # rows at different offsets
+    p = TASK.reference(a.double())
+    assert p.max(-1).values.max() > 0.3 and p.max(-1).values.min() < 0.05  # peaked and nearly uniform rows
+
+
+def test_shapes_cost_and_weights():
+    public = TASK.gpu.public
+    assert 10 <= len(public) <= 16
+    assert {s["N"] for s in public} >= {128256, 129280, 32000}
+    assert {s["M"] for s in public} >= {1, 256, 4096, 32768}
+    assert max(s["M"] * s["N"] for s in public) <= 16384 * 8192
+    held = TASK.gpu.held_out.draw(random.Random(0)) + TASK.cpu.held_out.draw(random.Random(1))
+    assert all(s["M"] >= 1 and s["N"] >= 17 for s in held)
+    assert 100003 in TASK.gpu.held_out.dims["N"]
+    assert all(s["M"] % 2 == 1 and s["N"] % 2 == 1 for s in TASK.cpu.held_out.draw(random.Random(2)))
+    assert all(s["M"] * s["N"] <= 64 * 1024 for s in TASK.cpu.public)
+    cost = TASK.shape_cost({"M": 64, "N": 128256}, torch.bfloat16)
+    assert cost.bytes == 2 * 64 * 128256 * 2  # read x, write out, 2 bytes each
+    assert cost.flops == 5 * 64 * 128256
+    assert TASK.shape_cost({"M": 1, "N": 1000}, torch.float32).bytes == 8000
+    assert TASK.shape_weight({"M": 1, "N": 128256}) > TASK.shape_weight({"M": 4096, "N": 1024}) > 0
+    assert set(TASK.dtypes) == {torch.bfloat16, torch.float16, torch.float32}
+
+
+def test_forbidden_names_match_the_profiler():
+    (x,) = _inputs({"M": 4, "N": 64}, torch.float32)
+    calls = (lambda: torch.softmax(x, -1), lambda: torch.nn.functional.softmax(x, -1),
+             lambda: torch.nn.functional.log_softmax(x, -1), lambda: x.softmax(-1))
+    for call in calls:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            call()
+        assert set(TASK.forbidden) & {e.name for e in prof.events()}
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        _import("cpu_torch").kernel(x)
+    assert not set(TASK.forbidden) & {e.name for e in prof.events()}  # the honest seed is not flagged
