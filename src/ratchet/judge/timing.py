@@ -30,7 +30,7 @@ class TimingPolicy:
 
 
 GPU_POLICY = TimingPolicy()
-CPU_POLICY = TimingPolicy(cap_s=0.5, max_reps=400, min_reps=8, target_rse=0.02)
+CPU_POLICY = TimingPolicy(cap_s=0.3, max_reps=400, min_reps=8, target_rse=0.02)
 
 
 def summarize(times_us: list[float]) -> tuple[float, float, float]:

@@ -1,0 +1,154 @@
+"""The rope task and its seeds: values against the float64 reference, per dtype, odd shapes included."""
+
+import importlib.util
+import math
+import os
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from ratchet.candidate import load_candidate
+from ratchet.task import load_task
+
+TASK = load_task("rope")
+SEEDS = Path(TASK.seeds_dir)
+SHAPES = [
+    {"T": 1, "Hq": 32, "Hkv": 8, "D": 128},  # Llama-3-8B decode
+    {"T": 7, "Hq": 16, "Hkv": 1, "D": 64},  # DeepSeek-V3-like: one shared k head
+    {"T": 5, "Hq": 7, "Hkv": 5, "D": 96},  # odd head counts, half of 48 (not a power of two)
+]
+TRITON_SEEDS = ("triton_rope", "triton_heads_split")
+
+
+def _shape_id(s):
+    return f"{s['T']}x{s['Hq']}x{s['Hkv']}x{s['D']}"
+
+
+def _import(name):
+    spec = importlib.util.spec_from_file_location(f"rope_seed_{name}", SEEDS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _inputs(shape, dtype, seed=0):
+    return TASK.make_inputs(shape, dtype, "cpu", torch.Generator().manual_seed(seed))
+
+
+def _assert_matches(outs, inputs, dtype):
+    refs = TASK.reference(*(t.double() for t in inputs))
+    assert isinstance(outs, tuple) and len(outs) == 2
+    tol = TASK.tolerances[dtype]
+    for out, ref, x in zip(outs, refs, inputs[:2]):
+        assert out.dtype == dtype and out.shape == x.shape
+        torch.testing.assert_close(out.double(), ref, atol=tol.atol, rtol=tol.rtol)
+
+
+@pytest.fixture(scope="module", params=TRITON_SEEDS)
+def triton_seed(request):
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("no GPU and Triton was not put in interpreter mode")
+    pytest.importorskip("triton")
+    return request.param, _import(request.param)
+
+
+@pytest.mark.parametrize("dtype", TASK.dtypes)
+@pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
+def test_cpu_seed_matches_reference(shape, dtype):
+    module = _import("cpu_torch")
+    inputs = _inputs(shape, dtype)
+    before = [t.clone() for t in inputs]
+    for chunk in load_candidate(SEEDS / "cpu_torch.py").space["CHUNK"]:
+        _assert_matches(module.kernel(*inputs, CHUNK=chunk), inputs, dtype)
+    assert all(torch.equal(a, b) for a, b in zip(inputs, before))  # inputs untouched
+
+
+@pytest.mark.parametrize("dtype", TASK.dtypes)
+@pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
+def test_triton_seeds_match_reference(triton_seed, shape, dtype):
+    inputs = _inputs(shape, dtype, seed=1)
+    _assert_matches(triton_seed[1].kernel(*inputs), inputs, dtype)
+
+
+def test_every_triton_config_is_correct_on_an_odd_shape(triton_seed):
+    # 37 q heads and 3 k heads: partial head blocks for every BLOCK_H; D = 96 pads the half to 64 lanes.
+    name, module = triton_seed
+    inputs = _inputs({"T": 3, "Hq": 37, "Hkv": 3, "D": 96}, torch.bfloat16, seed=2)
+    configs = load_candidate(SEEDS / f"{name}.py").all_configs()
+    assert 1 < len(configs) <= 12
+    for config in configs:
+        _assert_matches(module.kernel(*inputs, **config), inputs, torch.bfloat16)
+
+
+def test_triton_seeds_take_strided_views(triton_seed):
+    # q and k as slices of a fused qkv projection [T, Hq + 2 * Hkv, D]: not contiguous across heads.
+    T, Hq, Hkv, D = 4, 8, 2, 64
+    q, k, cos, sin = _inputs({"T": T, "Hq": Hq, "Hkv": Hkv, "D": D}, torch.float16, seed=3)
+    qkv = torch.cat((q, k, torch.zeros_like(k)), dim=1)
+    q_view, k_view = qkv[:, :Hq], qkv[:, Hq:Hq + Hkv]
+    _assert_matches(triton_seed[1].kernel(q_view, k_view, cos, sin), (q, k, cos, sin), torch.float16)
+
+
+def test_wrong_answers_are_rejected_by_the_tolerance():
+    q, k, cos, sin = (t.double() for t in _inputs({"T": 7, "Hq": 8, "Hkv": 2, "D": 128}, torch.bfloat16))
+    ref_q, _ = TASK.reference(q, k, cos, sin)
+    tol = TASK.tolerances[torch.bfloat16]
+    half = 64
+
+    def interleaved(x):  # GPT-J style pairs (x0, x1), (x2, x3), ... instead of rotate-half
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        c, s = cos.unsqueeze(1), sin.unsqueeze(1)
+        return torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
+
+    def wrong_sign(x):  # rotation the other way
+        return TASK.reference(x, k, cos, -sin)[0]
+
+    def shifted(x):  # another token's angles
+        return TASK.reference(x, k, cos.roll(1, 0), sin.roll(1, 0))[0]
+
+    def halves_swapped(x):
+        out = TASK.reference(x, k, cos, sin)[0]
+        return torch.cat((out[..., half:], out[..., :half]), dim=-1)
+
+    for wrong in (interleaved, wrong_sign, shifted, halves_swapped):
+        assert ((wrong(q) - ref_q).abs() > tol.atol + tol.rtol * ref_q.abs()).any(), wrong.__name__
+
+
+def test_make_inputs_deterministic_and_real_tables():
+    shape = {"T": 16, "Hq": 8, "Hkv": 2, "D": 128}
+    a, b = _inputs(shape, torch.bfloat16, seed=5), _inputs(shape, torch.bfloat16, seed=5)
+    c = _inputs(shape, torch.bfloat16, seed=6)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not any(torch.equal(x, y) for x, y in zip(a, c))
+    q, k, cos, sin = a
+    assert q.dtype == k.dtype == torch.bfloat16 and cos.dtype == sin.dtype == torch.float32
+    assert cos.shape == sin.shape == (16, 64)
+    torch.testing.assert_close(cos.double() ** 2 + sin.double() ** 2, torch.ones(16, 64, dtype=torch.float64))
+    # Frequency 0 has inv_freq 1: its angle is the position itself, an integer below 128k, different per token.
+    positions = torch.atan2(sin[:, 0].double(), cos[:, 0].double())
+    assert len(set(positions.tolist())) == 16
+    # The last frequency turns slowly (theta^(-126/128)): the angle is position * inv_freq < 131072 * 1e-4.
+    assert (cos[:, -1] > math.cos(131072 * 10000.0 ** (-126 / 128))).all()
+    head_rms = q.float().pow(2).mean(-1).sqrt()
+    assert head_rms.max() / head_rms.min() > 3  # heads of different scales
+
+
+def test_shapes_cost_and_weights():
+    public = TASK.gpu.public
+    assert 10 <= len(public) <= 16
+    assert {(s["Hq"], s["Hkv"], s["D"]) for s in public} == {(32, 8, 128), (64, 8, 128), (128, 1, 64)}
+    assert {s["T"] for s in public} >= {1, 256, 4096, 16384}
+    held = TASK.gpu.held_out.draw(random.Random(0)) + TASK.cpu.held_out.draw(random.Random(1))
+    assert all(s["T"] % 2 == 1 and s["D"] % 2 == 0 for s in held)
+    assert 96 in TASK.gpu.held_out.dims["D"]
+    assert all(s["T"] * (s["Hq"] + s["Hkv"]) * s["D"] <= 64 * 1024 for s in TASK.cpu.public)
+    cost = TASK.shape_cost({"T": 64, "Hq": 32, "Hkv": 8, "D": 128}, torch.bfloat16)
+    # q and k read and written (2 bytes each), cos and sin [64, 64] fp32 read.
+    assert cost.bytes == 2 * (64 * 32 * 128 + 64 * 8 * 128) * 2 + 2 * 64 * 64 * 4
+    assert cost.flops == 3 * 64 * 40 * 128
+    assert TASK.shape_weight({"T": 1, "Hq": 32, "Hkv": 8, "D": 128}) > TASK.shape_weight(
+        {"T": 16384, "Hq": 32, "Hkv": 8, "D": 128}) > 0
+    assert set(TASK.dtypes) == {torch.bfloat16, torch.float16}
+    assert TASK.forbidden == ()
