@@ -1,7 +1,6 @@
 """The rope task and its seeds: values against the float64 reference, per dtype, odd shapes included."""
 
 import importlib.util
-import math
 import os
 import random
 from pathlib import Path
@@ -126,11 +125,18 @@ def test_make_inputs_deterministic_and_real_tables():
     assert q.dtype == k.dtype == torch.bfloat16 and cos.dtype == sin.dtype == torch.float32
     assert cos.shape == sin.shape == (16, 64)
     torch.testing.assert_close(cos.double() ** 2 + sin.double() ** 2, torch.ones(16, 64, dtype=torch.float64))
-    # Frequency 0 has inv_freq 1: its angle is the position itself, an integer below 128k, different per token.
-    positions = torch.atan2(sin[:, 0].double(), cos[:, 0].double())
-    assert len(set(positions.tolist())) == 16
-    # The last frequency turns slowly (theta^(-126/128)): the angle is position * inv_freq < 131072 * 1e-4.
-    assert (cos[:, -1] > math.cos(131072 * 10000.0 ** (-126 / 128))).all()
+    # Each token's row is a real rotary table: theta^(-2i/D) frequencies (theta 500000 or 10000) at one
+    # integer position below 128k, the positions differing per token. Found by trying every position.
+    candidates = torch.arange(131072, dtype=torch.float64)[:, None]
+    found = set()
+    for t in (0, 1, 2):
+        for theta in (500000.0, 10000.0):
+            inv_freq = theta ** (-torch.arange(64, dtype=torch.float64) * 2.0 / 128)
+            angles = candidates * inv_freq[None, :]
+            err = (angles.cos() - cos[t].double()).abs().amax(-1) + (angles.sin() - sin[t].double()).abs().amax(-1)
+            if err.min() < 1e-6:
+                found.add((theta, int(err.argmin())))
+    assert len(found) == 3 and len({theta for theta, _ in found}) == 1
     head_rms = q.float().pow(2).mean(-1).sqrt()
     assert head_rms.max() / head_rms.min() > 3  # heads of different scales
 

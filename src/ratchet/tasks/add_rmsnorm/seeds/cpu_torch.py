@@ -26,5 +26,6 @@ def kernel(x, residual, weight, eps, CHUNK=0):
         if x.dtype == torch.float32:
             torch.mul(sf, rstd, out=out[rows]).mul_(w)
         else:
-            out[rows].copy_(torch.mul(sf, rstd).mul_(w))
+            # Multiplied in fp32 and rounded once on the store into out: no separate copy pass.
+            torch.mul(torch.mul(sf, rstd), w, out=out[rows])
     return out, new_residual
