@@ -81,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
                         description="List built-in tasks with their shapes, dtypes and seed candidates.")
     ts.add_argument("--json", action="store_true", help="print a JSON list")
     ts.set_defaults(func=cmd_tasks)
+
+    hw = sub.add_parser("hw", help="show this machine's GPU: what torch reports and its datasheet lead",
+                        description="Show the detected device (read-only, nothing measured) merged with its datasheet "
+                        "sheet, and the cached measured ceilings if any. --device-name shows a sheet without hardware.")
+    hw.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    hw.add_argument("--device-name", metavar="NAME", help="show the sheet for NAME (e.g. H200) instead of detecting")
+    hw.set_defaults(func=cmd_hw)
     return parser
 
 
@@ -259,6 +266,63 @@ def cmd_tasks(args) -> int:
             print(f"{row['name']:<18} {', '.join(row['dtypes']):<24} {row['gpu_shapes']} GPU / {row['cpu_shapes']} CPU "
                   f"shapes, {len(row['seeds'])} seeds")
     return 0
+
+
+def cmd_hw(args) -> int:
+    from ratchet.hardware.sheets import SHEETS, find_sheet
+
+    if args.device_name:
+        sheet = find_sheet(args.device_name)
+        if sheet is None:
+            raise UsageError(f"no sheet for device '{args.device_name}' (known: {', '.join(SHEETS)})")
+        out = {"device": sheet.name, "detected": None, "sheet": sheet.to_json(),
+               "note": "datasheet lead only: no hardware was read"}
+    else:
+        from ratchet.hardware.detect import detect
+
+        detected = detect()
+        sheet = find_sheet(detected["device"])
+        out = {"device": detected["device"], "detected": detected, "sheet": sheet.to_json() if sheet else None}
+        if detected["device"] is None:
+            out["note"] = detected["note"]
+        elif sheet is None:
+            out["note"] = "no sheet for this device; the numbers above are what torch reports"
+        else:
+            out["note"] = "sheet values are datasheet leads; the judge measures the real ceilings"
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    detected, sheet_json = out["detected"] or {}, out["sheet"] or {}
+    try:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"ratchet hw: {out['device'] or 'no GPU'}")
+        table.add_column("field")
+        table.add_column("detected")
+        table.add_column("sheet (datasheet lead)")
+        keys = [k for k in detected if k not in ("ceilings",)] + [k for k in sheet_json if k != "notes"]
+        for key in dict.fromkeys(keys):
+            table.add_row(key, _hw_cell(detected.get(key)), _hw_cell(sheet_json.get(key)))
+        if detected.get("ceilings"):
+            table.add_row("measured ceilings (cached)", _hw_cell(detected["ceilings"]), "")
+        Console().print(table)
+    except ImportError:
+        for key, value in {**sheet_json, **detected}.items():
+            if key != "notes":
+                print(f"{key}: {_hw_cell(value)}")
+    for note in sheet_json.get("notes", []):
+        print(f"- {note}")
+    print(out["note"])
+    return 0
+
+
+def _hw_cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -158,6 +158,18 @@ class Task:
         return sorted(p for p in Path(self.seeds_dir).glob("*.py") if not p.name.startswith("_"))
 
 
+# Hidden sizes of the models the built-in tasks serve, from their public configs.
+LLM_HIDDEN_SIZES = (4096, 7168, 8192)  # Llama-3-8B, DeepSeek-V3, Llama-3-70B
+DECODE_TOKENS_MAX = 256
+
+
+def decode_weight(tokens: int) -> float:
+    """A shape's weight by its token count. Decode steps (up to 256 tokens, one per sequence of the
+    batch) run once per generated token, on the latency-critical path; in prefill the GEMMs and
+    attention around an op dominate the step. So decode shapes weigh 1 and prefill shapes 0.5."""
+    return 1.0 if tokens <= DECODE_TOKENS_MAX else 0.5
+
+
 def tensor_bytes(shape: Sequence[int], dtype: torch.dtype) -> int:
     """Bytes of a dense tensor: a helper for cost models."""
     return math.prod(shape) * torch.empty((), dtype=dtype).element_size()

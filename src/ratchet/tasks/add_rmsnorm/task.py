@@ -6,7 +6,9 @@ squares and the scaling in fp32 from the rounded sum, and out rounded once to x'
 
 import torch
 
-from ratchet.task import DEFAULT_TOLERANCES, Cost, ShapeRange, ShapeSet, Task, tensor_bytes
+from ratchet.task import (
+    Cost, DEFAULT_TOLERANCES, LLM_HIDDEN_SIZES, ShapeRange, ShapeSet, Task, decode_weight, tensor_bytes,
+)
 
 
 def reference(x, residual, weight, eps):
@@ -42,13 +44,7 @@ def cost(shape, dtype):
     return Cost(bytes=moved, flops=5.0 * T * H)
 
 
-def weight(shape):
-    # Decode steps (T <= 256 tokens) run once per generated token, far more often than prefill, and their
-    # norms sit on the latency-critical path; in prefill the GEMMs and attention dominate the step time.
-    return 1.0 if shape["T"] <= 256 else 0.5
 
-
-_HIDDEN = (4096, 7168, 8192)  # Llama-3-8B / DeepSeek-V3 / Llama-3-70B hidden sizes
 
 TASK = Task(
     name="add_rmsnorm",
@@ -56,7 +52,7 @@ TASK = Task(
     make_inputs=make_inputs,
     gpu=ShapeSet(
         # Largest public shape: 16384 x 8192 bf16 moves 4 x 256 MiB = 1 GiB per call.
-        public=[{"T": t, "H": h} for h in _HIDDEN for t in (1, 64, 256, 4096)]
+        public=[{"T": t, "H": h} for h in LLM_HIDDEN_SIZES for t in (1, 64, 256, 4096)]
         + [{"T": 16384, "H": 4096}, {"T": 16384, "H": 8192}],
         # Any token count up to the longest prefill chunk; 2880 (gpt-oss) and 3003 are not powers of
         # two, and 3003 is odd, so a kernel that assumes H % 8 == 0 or a power-of-two H fails.
@@ -74,7 +70,7 @@ TASK = Task(
     ),
     dtypes=(torch.bfloat16, torch.float16, torch.float32),
     cost=cost,
-    weight=weight,
+    weight=lambda shape: decode_weight(shape["T"]),
     # The defaults hold against the exact float64 reference. new_residual: one rounding of the exact sum
     # (bf16 + bf16 is exact in fp32), half an ulp = 2^-9 / 2^-11 relative for bf16 / fp16, inside
     # rtol 1e-2 / 1e-3. out: normalizing the rounded sum adds that half ulp per element (the rstd moves

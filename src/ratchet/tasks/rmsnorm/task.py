@@ -2,7 +2,9 @@
 
 import torch
 
-from ratchet.task import DEFAULT_TOLERANCES, Cost, ShapeRange, ShapeSet, Task, tensor_bytes
+from ratchet.task import (
+    Cost, DEFAULT_TOLERANCES, LLM_HIDDEN_SIZES, ShapeRange, ShapeSet, Task, decode_weight, tensor_bytes,
+)
 
 
 def reference(x, weight, eps):
@@ -31,20 +33,14 @@ def cost(shape, dtype):
     return Cost(bytes=moved, flops=4.0 * T * H)
 
 
-def weight(shape):
-    # Decode steps (T <= 256 tokens) run once per generated token, far more often than prefill, and their
-    # norms sit on the latency-critical path; in prefill the GEMMs and attention dominate the step time.
-    return 1.0 if shape["T"] <= 256 else 0.5
 
-
-_HIDDEN = (4096, 7168, 8192)  # Llama-3-8B / DeepSeek-V3 / Llama-3-70B hidden sizes
 
 TASK = Task(
     name="rmsnorm",
     reference=reference,
     make_inputs=make_inputs,
     gpu=ShapeSet(
-        public=[{"T": t, "H": h} for h in _HIDDEN for t in (1, 64, 256, 4096)]
+        public=[{"T": t, "H": h} for h in LLM_HIDDEN_SIZES for t in (1, 64, 256, 4096)]
         + [{"T": 16384, "H": 4096}, {"T": 16384, "H": 8192}],
         # Any token count up to the longest prefill chunk; 2880 (gpt-oss) and 3003 are not powers of
         # two, and 3003 is odd, so a kernel that assumes H % 8 == 0 or a power-of-two H fails.
@@ -62,7 +58,7 @@ TASK = Task(
     ),
     dtypes=(torch.bfloat16, torch.float16, torch.float32),
     cost=cost,
-    weight=weight,
+    weight=lambda shape: decode_weight(shape["T"]),
     # The defaults hold: the fp32 math is accurate to ~1e-6, and rounding the output to its dtype costs
     # at most half an ulp (2^-9 relative for bf16, 2^-11 for fp16), well inside rtol 1e-2 / 1e-3.
     tolerances=dict(DEFAULT_TOLERANCES),

@@ -6,7 +6,9 @@ with cos and sin [T, D/2] (one angle per token and frequency) shared by every he
 
 import torch
 
-from ratchet.task import DEFAULT_TOLERANCES, Cost, ShapeRange, ShapeSet, Task, tensor_bytes
+from ratchet.task import (
+    Cost, DEFAULT_TOLERANCES, ShapeRange, ShapeSet, Task, decode_weight, tensor_bytes,
+)
 
 
 def _rotate(x, cos, sin):
@@ -56,10 +58,6 @@ def cost(shape, dtype):
     return Cost(bytes=2 * heads + tables, flops=3.0 * T * (Hq + Hkv) * D)
 
 
-def weight(shape):
-    # Decode steps (T <= 256 tokens) run once per generated token and are launch-latency-bound; in prefill
-    # the GEMMs and attention dominate the step.
-    return 1.0 if shape["T"] <= 256 else 0.5
 
 
 # (Hq, Hkv, D): Llama-3-8B, Llama-3-70B, DeepSeek-V3's decoupled rope part (128 heads; one shared k_pe head)
@@ -90,7 +88,7 @@ TASK = Task(
     ),
     dtypes=(torch.bfloat16, torch.float16),
     cost=cost,
-    weight=weight,
+    weight=lambda shape: decode_weight(shape["T"]),
     # The defaults hold: the fp32 math (two products and a sum) is accurate to ~1e-7 relative, and rounding
     # to the output dtype costs at most half an ulp (2^-9 for bf16, 2^-11 for fp16) inside rtol 1e-2 / 1e-3.
     tolerances=dict(DEFAULT_TOLERANCES),

@@ -7,7 +7,9 @@ and rounded once to x's dtype.
 
 import torch
 
-from ratchet.task import DEFAULT_TOLERANCES, Cost, ShapeRange, ShapeSet, Task, tensor_bytes
+from ratchet.task import (
+    Cost, DEFAULT_TOLERANCES, ShapeRange, ShapeSet, Task, decode_weight, tensor_bytes,
+)
 
 
 def reference(x):
@@ -36,10 +38,6 @@ def cost(shape, dtype):
     return Cost(bytes=moved, flops=5.0 * T * I)
 
 
-def weight(shape):
-    # Decode steps (T <= 256 tokens) run once per generated token, far more often than prefill, and sit
-    # on the latency-critical path; in prefill the GEMMs around this op dominate the step time.
-    return 1.0 if shape["T"] <= 256 else 0.5
 
 
 # Intermediate sizes: Llama-3-8B 14336, DeepSeek-V3 dense layers 18432, Llama-3-70B 28672, and one
@@ -75,7 +73,7 @@ TASK = Task(
     ),
     dtypes=(torch.bfloat16, torch.float16, torch.float32),
     cost=cost,
-    weight=weight,
+    weight=lambda shape: decode_weight(shape["T"]),
     # The defaults hold: the fp32 math (exp, divide, two multiplies) is accurate to a few fp32 ulps
     # (~1e-7 relative), and rounding the output once costs at most half an ulp (2^-9 relative for bf16,
     # 2^-11 for fp16), well inside rtol 1e-2 / 1e-3. Even vLLM's double rounding (silu rounded to the
