@@ -301,7 +301,7 @@ def cmd_hw(args) -> int:
         table.add_column("field")
         table.add_column("detected")
         table.add_column("sheet (datasheet lead)")
-        keys = [k for k in detected if k not in ("ceilings",)] + [k for k in sheet_json if k != "notes"]
+        keys = [k for k in detected if k not in ("ceilings", "note")] + [k for k in sheet_json if k != "notes"]
         for key in dict.fromkeys(keys):
             table.add_row(key, _hw_cell(detected.get(key)), _hw_cell(sheet_json.get(key)))
         if detected.get("ceilings"):

@@ -259,6 +259,8 @@ class Evaluation:
 
         ceilings = self.opts.ceilings or get_ceilings(self.device)
         verdict.device_name = ceilings.device_name
+        if self.device == "cpu":
+            verdict.notes.append("CPU times (one thread per worker) say nothing about GPU speed")
         for row in rows:
             dtype = getattr(torch, row.dtype)
             eager = self._time_mode(row.shape, dtype, "eager")
