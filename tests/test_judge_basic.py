@@ -85,3 +85,20 @@ def test_file_without_kernel_is_a_candidate_error():
 def test_syntax_error_is_a_candidate_error():
     with pytest.raises(CandidateError, match="syntax error"):
         load_candidate(DATA / "candidates" / "axpby_syntax.py")
+
+
+def test_device_lock_holds_back_everything_after_the_first_call():
+    """Two evaluations sharing a GPU: the second may import and compile, then waits for the lock."""
+    import threading
+
+    lock = threading.Lock()
+    lock.acquire()
+    done = {}
+    options = JudgeOptions(device="cpu", time_it=False, device_lock=lock)
+    thread = threading.Thread(target=lambda: done.setdefault("v", judge("honest", options)))
+    thread.start()
+    thread.join(timeout=8)
+    assert thread.is_alive() and "v" not in done  # blocked on the lock, after its first call
+    lock.release()
+    thread.join(timeout=120)
+    assert done["v"].verdict == "pass" and not lock.locked()

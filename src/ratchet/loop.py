@@ -82,9 +82,10 @@ class Loop:
     def run(self) -> LoopResult:
         self.ledger.set_status(self.run_id, "running")
         slots = len(self.judge_options)
-        # One evaluation in flight per GPU, plus one importing and compiling ahead on the CPU cores.
-        pipeline = slots + 1 if slots > 1 or self.judge_options[0].device == "cuda" else 1
-        inflight: list[tuple[Proposal, Future]] = []
+        # One evaluation in flight per GPU, plus one importing and compiling ahead on the CPU cores
+        # (it waits for its GPU's device lock before running anything there).
+        pipeline = slots + 1 if self.judge_options[0].device == "cuda" else 1
+        inflight: list[tuple[Proposal, Future, JudgeOptions]] = []
         stop = None
         try:
             with ThreadPoolExecutor(max_workers=pipeline) as pool:
@@ -96,12 +97,13 @@ class Loop:
                             if not inflight:
                                 stop = "search space exhausted"
                             break
-                        options = self.judge_options[len(inflight) % slots]
-                        inflight.append((proposal, pool.submit(self._judge, proposal, options)))
+                        # The GPU with the fewest evaluations in flight.
+                        options = min(self.judge_options, key=lambda o: sum(e[2] is o for e in inflight))
+                        inflight.append((proposal, pool.submit(self._judge, proposal, options), options))
                         stop = self._should_stop(pending=len(inflight))
                     if not inflight:
                         break
-                    proposal, future = inflight.pop(0)  # commit in proposal order
+                    proposal, future, _ = inflight.pop(0)  # commit in proposal order
                     self._commit(proposal, future.result())
         except KeyboardInterrupt:
             self.ledger.set_status(self.run_id, "stopped", "interrupted (Ctrl-C); resume with --resume")

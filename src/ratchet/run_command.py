@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -47,7 +48,10 @@ def start_or_resume(ledger: Ledger, request: RunRequest, console: Console | None
         raise LedgerError(f"task '{task.name}' has no seeds for {request.device}; give --seed FILE")
     proposer = TuneProposer(candidates, sampler=request.sampler)
     gpus = request.gpus or ((0,) if request.device == "cuda" else ())
-    judge_options = [JudgeOptions(device=request.device, gpu_index=g) for g in gpus] or [JudgeOptions(device="cpu")]
+    # One lock per GPU: the evaluation compiling ahead waits for it before running anything on that GPU.
+    locks = {g: threading.Lock() for g in gpus}
+    judge_options = [JudgeOptions(device=request.device, gpu_index=g, device_lock=locks[g]) for g in gpus] or [
+        JudgeOptions(device="cpu")]
     if request.resume:
         run_id = request.resume
     else:

@@ -7,6 +7,7 @@ remake the same inputs for checking.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import secrets
@@ -51,6 +52,9 @@ class JudgeOptions:
     ceilings: Any = None  # hardware.ceilings.Ceilings; measured when None
     gpu_index: int | None = None  # which GPU (workers see only it); None: the current one
     guards: bool = True  # False only to measure what the guards cost: never for a real verdict
+    # Held for all GPU work after the candidate's first call (which compiles): evaluations sharing a
+    # GPU then compile side by side but never run while another is timed (ratchet.loop).
+    device_lock: Any = None
 
 
 class Abort(Exception):
@@ -73,6 +77,7 @@ class Evaluation:
         self.ref: WorkerProcess | None = None
         self.first_call = True
         self._expected: dict = {}
+        self._exit = contextlib.ExitStack()
 
     # -- the whole evaluation --------------------------------------------------------------------
     def run(self) -> Verdict:
@@ -100,6 +105,7 @@ class Evaluation:
         except WorkerFailure as failure:
             verdict.reasons = [Reason(failure.code, failure.detail)]
         finally:
+            self._exit.close()  # releases the device lock
             for worker in (self.cand, self.ref):
                 if worker is not None:
                     worker.close()
@@ -168,6 +174,8 @@ class Evaluation:
                                       "profile": bool(self.task.forbidden), "flush": False,
                                       "guards": self.opts.guards},
                                      min(budget, max(1.0, self.deadline - time.perf_counter())))
+            if self.first_call and self.opts.device_lock is not None:
+                self._exit.enter_context(self.opts.device_lock)
             self.first_call = False
             for sub, result in zip(subs, reply["results"]):
                 self._raise_on_error(result)
