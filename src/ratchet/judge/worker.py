@@ -156,6 +156,7 @@ class Harness:
         except (ImportError, TypeError):  # older torch: the calling thread only (docs/judge.md)
             extra = {}
         with profile(activities=activities, **extra) as prof:
+            self.census.before()  # threads the profiler starts are its own, not the kernel's
             outs = self.kernel(*inputs, **self.config)
             if self.device == "cuda":
                 timing.synchronize()
