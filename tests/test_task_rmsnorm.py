@@ -1,7 +1,5 @@
 """The rmsnorm task and its seeds: values against the float64 reference, per dtype, odd shapes included."""
 
-import importlib.util
-import os
 import random
 from pathlib import Path
 
@@ -10,6 +8,7 @@ import torch
 
 from ratchet.candidate import load_candidate
 from ratchet.task import load_task
+from seed_files import import_seed, require_triton
 
 TASK = load_task("rmsnorm")
 SEEDS = Path(TASK.seeds_dir)
@@ -17,10 +16,7 @@ SHAPES = [{"T": 1, "H": 1000}, {"T": 7, "H": 333}, {"T": 7, "H": 1000}, {"T": 64
 
 
 def _import(name):
-    spec = importlib.util.spec_from_file_location(f"rmsnorm_seed_{name}", SEEDS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_seed("rmsnorm", name)
 
 
 def _inputs(shape, dtype, seed=0):
@@ -37,9 +33,7 @@ def _assert_matches(out, inputs, dtype):
 
 @pytest.fixture(scope="module")
 def triton_seed():
-    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("no GPU and Triton was not put in interpreter mode")
-    pytest.importorskip("triton")
+    require_triton()
     return _import("triton_rowwise")
 
 

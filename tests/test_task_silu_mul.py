@@ -1,7 +1,5 @@
 """The silu_mul task and its seeds: values against the float64 reference, per dtype, odd shapes included."""
 
-import importlib.util
-import os
 import random
 from pathlib import Path
 
@@ -10,6 +8,7 @@ import torch
 
 from ratchet.candidate import load_candidate
 from ratchet.task import load_task
+from seed_files import import_seed, require_triton
 
 TASK = load_task("silu_mul")
 SEEDS = Path(TASK.seeds_dir)
@@ -18,10 +17,7 @@ TRITON_SEEDS = ["triton_rowwise", "triton_flat"]
 
 
 def _import(name):
-    spec = importlib.util.spec_from_file_location(f"silu_mul_seed_{name}", SEEDS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_seed("silu_mul", name)
 
 
 def _inputs(shape, dtype, seed=0):
@@ -45,9 +41,7 @@ def _untouched(inputs, kernel, **config):
 
 @pytest.fixture(scope="module", params=TRITON_SEEDS)
 def triton_seed(request):
-    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("no GPU and Triton was not put in interpreter mode")
-    pytest.importorskip("triton")
+    require_triton()
     return request.param, _import(request.param)
 
 

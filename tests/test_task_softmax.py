@@ -1,7 +1,5 @@
 """The softmax task and its seeds: values against the float64 reference, per dtype, odd shapes included."""
 
-import importlib.util
-import os
 import random
 from pathlib import Path
 
@@ -10,6 +8,7 @@ import torch
 
 from ratchet.candidate import load_candidate
 from ratchet.task import DEFAULT_TOLERANCES, load_task
+from seed_files import import_seed, require_triton
 
 TASK = load_task("softmax")
 SEEDS = Path(TASK.seeds_dir)
@@ -19,10 +18,7 @@ TRITON_SEEDS = ("triton_rowwise", "triton_online")
 
 
 def _import(name):
-    spec = importlib.util.spec_from_file_location(f"softmax_seed_{name}", SEEDS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_seed("softmax", name)
 
 
 def _inputs(shape, dtype, seed=0):
@@ -44,9 +40,7 @@ def _assert_matches(out, inputs, dtype):
 
 @pytest.fixture(scope="module", params=TRITON_SEEDS)
 def triton_seed(request):
-    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("no GPU and Triton was not put in interpreter mode")
-    pytest.importorskip("triton")
+    require_triton()
     return request.param, _import(request.param)
 
 
