@@ -10,6 +10,7 @@ checks, the source scan); correctness against the reference and the timing proto
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 from pathlib import Path
@@ -27,9 +28,15 @@ def main():
     parser.add_argument("--seed-file", required=True)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--shapes", type=int, help="only the first N public shapes and the first dtype "
+                        "(a full rmsnorm evaluation on the H200 takes minutes)")
     parser.add_argument("--out", default="out")
     args = parser.parse_args()
     task, cand = load_task(args.task), load_candidate(args.seed_file)
+    if args.shapes:
+        device_set = task.shape_set(args.device)
+        subset = dataclasses.replace(device_set, public=list(device_set.public[: args.shapes]))
+        task = dataclasses.replace(task, dtypes=task.dtypes[:1], **{"gpu" if args.device == "cuda" else "cpu": subset})
     walls = {True: [], False: []}
     phases = {True: [], False: []}
     for _ in range(args.repeats):
@@ -40,7 +47,8 @@ def main():
             phases[guarded].append(v.phases_s)
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu (2 cores)"
     lines = [f"{name}, {time.strftime('%Y-%m-%d')}, {args.task} / {Path(args.seed_file).name}, "
-             f"{args.repeats} evaluations each, interleaved",
+             f"{args.repeats} evaluations each, interleaved"
+             + (f", first {args.shapes} shapes, {task.dtypes[0]}" if args.shapes else ""),
              "| guards | median wall s | start s | correctness s | timing s |", "|---|---|---|---|---|"]
     for guarded in (True, False):
         med = lambda key: statistics.median(p.get(key, 0.0) for p in phases[guarded])  # noqa: E731

@@ -26,7 +26,7 @@ from ratchet.search.tune import TuneProposer
 WITHIN = 0.98
 
 
-def measure_table(task_name: str, seed_file: str, device: str) -> dict:
+def measure_table(task_name: str, seed_file: str, device: str, partial: Path) -> dict:
     from ratchet.judge import JudgeOptions, evaluate
     from ratchet.task import load_task
 
@@ -38,8 +38,11 @@ def measure_table(task_name: str, seed_file: str, device: str) -> dict:
                      "judge_s": verdict.judge_wall_s})
         print(f"[{i + 1}/{len(cand.valid_configs())}] {config} {verdict.verdict} {verdict.speedup} "
               f"{verdict.judge_wall_s:.1f}s", flush=True)
-    return {"task": task_name, "seed_file": seed_file, "device": device, "date": time.strftime("%Y-%m-%d"),
-            "rows": rows}
+        table = {"task": task_name, "seed_file": seed_file, "device": device, "date": time.strftime("%Y-%m-%d"),
+                 "rows": rows}
+        # Written after every row so that a run cut short by a time limit still leaves what it measured.
+        partial.write_text(json.dumps(table, indent=1))
+    return table
 
 
 def replay(table: dict, sampler: str, search_seed: int) -> tuple[int, float]:
@@ -76,8 +79,7 @@ def main():
         import torch
 
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        table = measure_table(args.task, args.seed_file, device)
-        (out / "search_table.json").write_text(json.dumps(table, indent=1))
+        table = measure_table(args.task, args.seed_file, device, out / "search_table.json")
     n = len(table["rows"])
     lines = [f"{table['task']} / {Path(table['seed_file']).name} on {table['device']}, measured {table['date']}: "
              f"{n} valid configs, exhaustive costs {sum(r['judge_s'] for r in table['rows']):.0f} judge s",

@@ -82,15 +82,12 @@ class Case:
 # What the judge misses today, and what would catch it (the lead's to fix in src/ratchet/judge/).
 GAPS = {
     "clock_noise": (
-        "GAP (false reject, intermittent): evaluation._clock_check compares the medians of (wall_us - us) of "
-        "two worker processes with a slack of max(2x the candidate's median, 50 us on CUDA / 1 ms on the CPU), "
-        "but that difference is noise of hundreds of microseconds: on the H200 host it ranged from -1930 to "
-        "+812 us run to run, and honest kernels got clock_mismatch (h06_side_stream_joined on axpby_l2: 230 us; "
-        "p13's honest eager calls: 292 us against 227 allowed); on two CPU cores, ~1.1 ms was seen once against "
-        "1 ms. Fix: derive the slack from the measured spread of the overheads (e.g. k times the IQR of both "
-        "workers' wall_us - us, plus the current floor) rather than a fixed floor, compare per-call "
-        "differences of interleaved batches instead of two medians, and let the events themselves cover side "
-        "streams (side_stream_timing) so the clock only has to catch gross cases"),
+        "GAP (false reject, intermittent, CPU only): evaluation._clock_check compares lower quartiles of "
+        "(wall_us - us) of two worker processes with a slack of max(2x the candidate's median, 1 ms); on two CPU "
+        "cores ~1.1 ms of noise was seen once. On CUDA the same check ranged -1930 to +812 us run to run and "
+        "rejected honest kernels on the H200 (2026-11-29/30), so it is gone there: the events bound hidden host "
+        "work beyond the launch hold, and the gap, census and deferred-write checks see work after the return. "
+        "Fix for the CPU: derive the slack from the measured spread of both workers' overheads"),
 }
 
 CHEATS = [
@@ -307,9 +304,11 @@ def test_gpu_poison_reaches_the_kernels_allocations():
 def test_side_stream_work_is_seen_by_the_device_clock():
     """#6: a kernel that leaves its work on a side stream reports only its launch to the events on the
     current stream; the judge's third event, after the device-wide synchronize, sees the device still
-    working after the end event, beyond the reference's gap: clock_mismatch."""
-    v = judge(Case(6, "p06_side_stream_unpadded.py", "axpby_big", ("clock_mismatch",), mode="gpu_timed"))
-    assert v.verdict == "fail" and "clock_mismatch" in codes(v), v.reasons
+    working after the end event, beyond the reference's gap: clock_mismatch. The output the caller could
+    read at the return also differs from the settled one (deferred_write); either refuses it."""
+    v = judge(Case(6, "p06_side_stream_unpadded.py", "axpby_big", ("clock_mismatch", "deferred_write"),
+                   mode="gpu_timed"))
+    assert v.verdict == "fail" and {"clock_mismatch", "deferred_write"} & set(codes(v)), v.reasons
 
 
 @pytest.mark.gpu

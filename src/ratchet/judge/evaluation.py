@@ -32,10 +32,11 @@ from ratchet.task import StatisticalRule, Task
 ROOFLINE_SLACK = 1.15
 # Wall time the outside clock may see beyond the kernel's own timers and the reference's overhead,
 # before the difference is called hidden work (side streams, threads, patched clocks).
-CLOCK_SLACK_US = {"cuda": 200.0, "cpu": 1000.0}
+CLOCK_SLACK_US = {"cpu": 1000.0}  # on CUDA the device clock is used instead (_clock_check)
 # On CUDA the device's own clock gives a tighter check: the time from the kernel's end event to the
 # end of all device work (after a device-wide synchronize), against the reference's.
-GAP_SLACK_US = 20.0
+# 20 us falsely rejected honest Triton kernels on the H200 (medians 57 and 85 us apart, 2026-11-30).
+GAP_SLACK_US = 100.0
 # Elements of each output checked per verified timed call (all of them when the output is smaller).
 SAMPLED_ELEMENTS = 1 << 16
 # Correctness calls sent to the worker in one message (each with its own seed and checks).
@@ -189,9 +190,13 @@ class Evaluation:
             if details:
                 raise Abort([Reason("statistical", f"{label}: {d}") for d in details])
 
-    def _verify(self, shape, dtype, seed, fetched, label, statistical: bool, sample: dict | None = None):
-        """Check one call's outputs (and inputs after the call) against the reference here."""
+    def _verify(self, shape, dtype, seed, fetched, label, statistical: bool, sample: dict | None = None,
+                scalars: tuple | None = None):
+        """Check one call's outputs (and inputs after the call) against the reference here. ``scalars``:
+        the non-tensor arguments a CUDA graph was captured with, which its replays use."""
         inputs = self.make_inputs(shape, dtype, seed)
+        if scalars is not None:
+            inputs = tuple(x if isinstance(x, torch.Tensor) else c for x, c in zip(inputs, scalars))
         reasons = inputs_unchanged(inputs, fetched.get("inputs_after") or [], label)
         native = self._expected_outputs(shape, dtype, inputs)
         descs = fetched["outputs"]
@@ -307,14 +312,20 @@ class Evaluation:
 
     def _time_graph(self, shape, dtype):
         key = f"{shape}-{dtype}"
-        for worker in (self.cand, self.ref):
+        seeds = {}
+        for name, worker in (("cand", self.cand), ("ref", self.ref)):
+            seeds[name] = self.rng.getrandbits(62)
             reply, _ = worker.ask({"op": "capture", "shape": shape, "dtype": str(dtype).removeprefix("torch."),
-                                   "seed": self.rng.getrandbits(62), "graph_key": key}, self.opts.limits.call_s)
+                                   "seed": seeds[name], "graph_key": key}, self.opts.limits.call_s)
             if not reply.get("captured"):
                 return None
-        return self._time_mode(shape, dtype, "graph", graph_key=key)
+        # A graph replays the scalar arguments it was captured with (they are baked into its kernels),
+        # while tensors are refilled in place: timed outputs are checked against those scalars.
+        captured = self.make_inputs(shape, dtype, seeds["cand"])
+        scalars = tuple(None if isinstance(x, torch.Tensor) else x for x in captured)
+        return self._time_mode(shape, dtype, "graph", graph_key=key, scalars=scalars)
 
-    def _time_mode(self, shape, dtype, mode: str, graph_key: str | None = None) -> dict:
+    def _time_mode(self, shape, dtype, mode: str, graph_key: str | None = None, scalars: tuple | None = None) -> dict:
         """Interleaved batches of reference and candidate calls until both medians are tight."""
         label = f"shape {shape} {str(dtype).removeprefix('torch.')} ({mode})"
         policy = self.policy
@@ -357,7 +368,7 @@ class Evaluation:
         # The fetched outputs are checked after the loop: computing references between timed calls
         # competed with the workers for the CPU and made the times noisier (docs/NOTES.md).
         for seed, fetched, sample in pending:
-            self._verify_timed(shape, dtype, seed, fetched, sample, label)
+            self._verify_timed(shape, dtype, seed, fetched, sample, label, scalars)
         if self.opts.guards:
             self._clock_check(cand[0], overhead, gaps, label)
         return {"cand": cand, "ref": ref, "cand_times": times["cand"], "ref_times": times["ref"]}
@@ -370,10 +381,11 @@ class Evaluation:
         self._raise_on_error(fetched)
         return seed, fetched, sample
 
-    def _verify_timed(self, shape, dtype, seed, fetched, sample, label):
+    def _verify_timed(self, shape, dtype, seed, fetched, sample, label, scalars=None):
         rule = self.task.check if isinstance(self.task.check, StatisticalRule) else None
         try:
-            pair = self._verify(shape, dtype, seed, fetched, label, statistical=rule is not None, sample=sample)
+            pair = self._verify(shape, dtype, seed, fetched, label, statistical=rule is not None, sample=sample,
+                                scalars=scalars)
             if rule and rule.test([pair]):
                 raise Abort([Reason("timed_output_wrong", f"{label}: a timed call's draws are not from the nucleus")])
         except Abort as abort:
@@ -386,12 +398,22 @@ class Evaluation:
         """Time the kernel's own timer did not see: device work after its end event (CUDA), and the
         outside wall clock per call, each against the reference's in the same session."""
         if gaps["cand"] and gaps["ref"]:
-            hidden = _median(gaps["cand"]) - _median(gaps["ref"])
+            # Lower quartiles: the gap ends when the host records the last event after its synchronize,
+            # so host wake-up noise (spikes of 50-100 us on the H200 host) adds to it; hidden device
+            # work adds to every call.
+            hidden = _quartile(gaps["cand"]) - _quartile(gaps["ref"])
             slack = GAP_SLACK_US + 0.25 * cand_median_us
             if hidden > slack:
                 raise Abort([Reason("clock_mismatch",
                                     f"{label}: the device worked {hidden:.0f} us per call after the kernel's end "
                                     f"event (more than the reference, allowed {slack:.0f} us): work on another stream?")])
+        if self.device == "cuda":
+            # On CUDA the events bound hidden host work by construction: host work inside the call beyond
+            # the launch hold leaves the GPU idle between the events, and work after the return shows in
+            # the gap above, the census and the deferred-write comparison. The outside clock adds only
+            # noise there: hundreds of microseconds between two workers on the H200 host, which falsely
+            # rejected honest kernels (docs/NOTES.md, 2026-11-30).
+            return
         # Lower quartiles: host noise comes in spikes, hidden work in every call.
         hidden = _quartile(overhead["cand"]) - _quartile(overhead["ref"])
         slack = max(2 * cand_median_us, CLOCK_SLACK_US[self.device])
@@ -405,10 +427,6 @@ def _quartile(xs: list[float]) -> float:
     import numpy as np
 
     return float(np.percentile(xs, 25)) if xs else 0.0
-
-
-def _median(xs: list[float]) -> float:
-    return summarize(xs)[0] if xs else 0.0
 
 
 def weighted_geomean_speedup(rows: list[ShapeResult]) -> float | None:
