@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import warnings
+
 import torch
 
 from ratchet.judge.verdict import Reason
@@ -22,9 +24,16 @@ def as_tuple(value: Any) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
-def tensor_from_description(desc: dict) -> torch.Tensor:
+def tensor_from_description(desc: dict, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The tensor a worker described, on ``device``. Large outputs are compared where the judge's
+    reference lives: on the GPU a 4096 x 8192 comparison takes milliseconds, on the CPU 1.4 s."""
     dtype = getattr(torch, desc["dtype"].removeprefix("torch."))
-    flat = torch.frombuffer(bytearray(desc["data"]), dtype=dtype) if desc["data"] else torch.empty(0, dtype=dtype)
+    if not desc["data"]:
+        return torch.empty(0, dtype=dtype, device=device).reshape(desc.get("data_shape", desc["shape"]))
+    with warnings.catch_warnings():  # read-only bytes: the copy to the device (or clone) makes it ours
+        warnings.simplefilter("ignore", UserWarning)
+        flat = torch.frombuffer(desc["data"], dtype=dtype)
+    flat = flat.to(device, copy=True) if torch.device(device).type != "cpu" else flat.clone()
     return flat.reshape(desc.get("data_shape", desc["shape"]))
 
 
@@ -120,9 +129,10 @@ def inputs_unchanged(before: Sequence, after_descs: Sequence[dict | None], label
     for i, (orig, desc) in enumerate(zip(before, after_descs)):
         if desc is None or not isinstance(orig, torch.Tensor):
             continue
-        after = tensor_from_description(desc)
+        after = tensor_from_description(desc, orig.device)
         same = after.shape == orig.shape and torch.equal(
-            after.view(torch.uint8) if after.numel() else after, orig.cpu().contiguous().view(torch.uint8) if orig.numel() else orig.cpu()
+            after.view(torch.uint8) if after.numel() else after,
+            orig.contiguous().view(torch.uint8) if orig.numel() else orig,
         )
         if not same:
             return [Reason("input_mutated", f"{label}: input {i} was modified by the kernel")]

@@ -205,21 +205,23 @@ class Evaluation:
             reasons += check_dtypes(descs, [t.dtype for t in native])
         if reasons:
             raise Abort(reasons)
-        outs = tuple(tensor_from_description(d) for d in descs)
-        cpu_inputs = tuple(x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs)
-        if statistical:
-            return cpu_inputs, outs
+        if statistical:  # the statistical rules work on the CPU (numpy)
+            outs = tuple(tensor_from_description(d) for d in descs)
+            return tuple(x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs), outs
+        # Values are compared on the judge's device, next to its reference (docs/NOTES.md, 2026-11-30).
+        outs = tuple(tensor_from_description(d, self.torch_device) for d in descs)
         upcast = tuple(x.to(self.task.reference_dtype) if isinstance(x, torch.Tensor) and x.is_floating_point()
                        else x for x in inputs)
-        refs = tuple(r.cpu() for r in as_tuple(self.task.reference(*upcast)))
+        refs = tuple(r.to(self.torch_device) for r in as_tuple(self.task.reference(*upcast)))
         if sample is not None:
             picked = [d.get("sampled") for d in descs]
-            refs = tuple(r.flatten()[sample_indices(r.numel(), sample)] if p else r for r, p in zip(refs, picked))
+            refs = tuple(r.flatten()[sample_indices(r.numel(), sample).to(r.device)] if p else r
+                         for r, p in zip(refs, picked))
             outs = tuple(o.flatten() if p else o for o, p in zip(outs, picked))
-        reasons = check_values(self.task, cpu_inputs, outs, refs, dtype, label)
+        reasons = check_values(self.task, inputs, outs, refs, dtype, label)
         if reasons:
             raise Abort(reasons)
-        return cpu_inputs, outs
+        return inputs, outs
 
     def _expected_outputs(self, shape, dtype, inputs) -> tuple:
         """The reference at the task's own dtype, once per shape: the outputs' expected types and shapes."""
