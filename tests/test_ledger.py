@@ -67,7 +67,7 @@ def test_open_settings(led):
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000
-    assert led.schema_version == len(ledger_mod.MIGRATIONS) == 1
+    assert led.schema_version == len(ledger_mod.MIGRATIONS) == 2
 
 
 def test_create_get_list(led):
@@ -194,7 +194,7 @@ def test_newer_schema_refused_without_touching_the_file(tmp_path):
     before = sha_file(path)
     with pytest.raises(LedgerError) as info:
         Ledger(path)
-    assert "was written by a newer Ratchet (schema 7, this one knows 1)" in str(info.value)
+    assert f"was written by a newer Ratchet (schema 7, this one knows {len(ledger_mod.MIGRATIONS)})" in str(info.value)
     assert "\n" not in str(info.value)
     assert sha_file(path) == before
 
@@ -235,7 +235,7 @@ def test_migration_keeps_data(tmp_path, monkeypatch):
         before = led.attempts(run)
     monkeypatch.setattr(ledger_mod, "MIGRATIONS", ledger_mod.MIGRATIONS + [V2])
     with Ledger(path) as led:
-        assert led.schema_version == 2
+        assert led.schema_version == len(ledger_mod.MIGRATIONS)
         after = led.attempts(run)
         assert [a.pop("notes") for a in after] == ["migrated 1"]
         assert after == before
@@ -254,10 +254,10 @@ def test_failed_migration_rolls_back(tmp_path, monkeypatch):
     with pytest.raises(sqlite3.OperationalError):
         Ledger(path)
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == len(ledger_mod.MIGRATIONS) - 1
     assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half'").fetchone()[0] == 0
     conn.close()
-    monkeypatch.setattr(ledger_mod, "MIGRATIONS", ledger_mod.MIGRATIONS[:1])
+    monkeypatch.setattr(ledger_mod, "MIGRATIONS", ledger_mod.MIGRATIONS[:-1])
     with Ledger(path) as led:
         assert led.get_run(run)["id"] == run
 
@@ -389,3 +389,50 @@ def test_standalone_space_seen_by_load_candidate(led, tmp_path):
     out = write_standalone(led.get_attempt(aid), tmp_path / "best.py")
     # `ratchet eval TASK best.py` must judge the baked config, not SPACE's first values of the original
     assert load_candidate(out).default_config() == {"BLOCK": 256, "WARPS": 8}
+
+
+V1_ONLY = 1  # a ledger written before ideas existed
+
+
+def test_v1_ledger_gains_ideas_and_keeps_attempts(tmp_path, monkeypatch):
+    path = tmp_path / "ledger.sqlite"
+    monkeypatch.setattr(ledger_mod, "MIGRATIONS", ledger_mod.MIGRATIONS[:V1_ONLY])
+    with Ledger(path) as led:
+        run = new_run(led)
+        led._conn.execute(  # what a v1 Ratchet wrote: no idea_id or token columns yet
+            "INSERT INTO attempts (run_id, seq, candidate_path, source, source_sha256, config_json, config_key,"
+            " proposer, verdict, reasons_json, speedup, shapes_json, judge_wall_s, created_at)"
+            " VALUES (?, 1, 'c.py', ?, ?, '{}', '{}', 'tune', 'pass', '[]', 1.25, '[]', 1.0, 'then')",
+            (run, SOURCE, source_sha256(SOURCE)))
+        led._conn.commit()
+    monkeypatch.undo()
+    with Ledger(path) as led:
+        assert led.schema_version == 2
+        (att,) = led.attempts(run)
+        assert att["speedup"] == 1.25 and att["idea_id"] is None and att["tokens_in"] is None
+        assert led.ideas() == []
+
+
+def test_ideas_link_to_attempts_and_report_outcomes(led):
+    run = new_run(led)
+    first = led.add_idea("rmsnorm", "  split each row across two programs at T=1 ")
+    second = led.add_idea("softmax", "one online pass", author="llm")
+    assert [i["id"] for i in led.ideas("rmsnorm")] == [first]
+    idea = led.get_idea(first)
+    assert idea["text"] == "split each row across two programs at T=1" and idea["status"] == "pending"
+    assert idea["attempts"] == 0 and idea["best_speedup"] is None and idea["author"] == "human"
+    a1 = led.record_attempt(run, "c.py", SOURCE, {"BLOCK": 256}, make_verdict(speedup=1.5), "llm", idea_id=first,
+                            tokens_in=1200, tokens_out=800, cost_usd=0.0125)
+    led.record_attempt(run, "c.py", SOURCE, {"BLOCK": 512}, make_verdict("fail", speedup=None), "llm", idea_id=first)
+    led.set_best(run, a1)
+    idea = led.get_idea(first)
+    assert (idea["status"], idea["attempts"], idea["passed"], idea["kept"], idea["best_speedup"]) == ("tried", 2, 1, 1, 1.5)
+    att = led.get_attempt(a1)
+    assert (att["idea_id"], att["tokens_in"], att["tokens_out"], att["cost_usd"]) == (first, 1200, 800, 0.0125)
+    assert led.get_idea(second)["status"] == "pending" and led.get_idea(second)["author"] == "llm"
+    led.set_idea_status(second, "dropped")
+    assert led.get_idea(second)["status"] == "dropped"
+    with pytest.raises(LedgerError, match="unknown idea 999"):
+        led.set_idea_status(999, "tried")
+    with pytest.raises(LedgerError, match="needs some text"):
+        led.add_idea("rmsnorm", "   ")

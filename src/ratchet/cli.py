@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     hw.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     hw.add_argument("--device-name", metavar="NAME", help="show the sheet for NAME (e.g. H200) instead of detecting")
     hw.set_defaults(func=cmd_hw)
+
+    from ratchet.commands import register_all
+
+    register_all(sub, _Parser)
     return parser
 
 
@@ -228,11 +232,12 @@ def cmd_show(args) -> int:
         run = ledger.get_run(args.run)
         attempts = ledger.attempts(args.run)
         history = ledger.best_history(args.run)
+        ideas = ledger.ideas(run["task"])
     if args.json:
         slim = [{k: v for k, v in a.items() if k not in ("source", "shapes")} for a in attempts]
-        print(json.dumps({"run": run, "attempts": slim, "best_history": history}))
+        print(json.dumps({"run": run, "attempts": slim, "best_history": history, "ideas": ideas}))
     else:
-        print_run(run, attempts, history)
+        print_run(run, attempts, history, ideas)
     return 0
 
 

@@ -91,6 +91,23 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX best_by_run ON best(run_id, id);
     """,
+    # v2: ideas people (or models) bring, linked from the attempts they led to; what an LLM attempt cost.
+    """
+    CREATE TABLE ideas (
+        id         INTEGER PRIMARY KEY,
+        task       TEXT NOT NULL,
+        text       TEXT NOT NULL CHECK (length(trim(text)) > 0),
+        author     TEXT NOT NULL DEFAULT 'human',
+        status     TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'tried', 'dropped')),
+        created_at TEXT NOT NULL
+    );
+    CREATE INDEX ideas_by_task ON ideas(task, id);
+
+    ALTER TABLE attempts ADD COLUMN idea_id INTEGER REFERENCES ideas(id);
+    ALTER TABLE attempts ADD COLUMN tokens_in INTEGER;
+    ALTER TABLE attempts ADD COLUMN tokens_out INTEGER;
+    ALTER TABLE attempts ADD COLUMN cost_usd REAL;
+    """,
 ]
 
 # Verdict fields stored in columns of their own; the rest of the verdict JSON goes to extra_json.
@@ -338,12 +355,18 @@ class Ledger:
         parent_attempt: int | None = None,
         idea: str | None = None,
         cost: Mapping[str, Any] | None = None,
+        idea_id: int | None = None,
+        tokens_in: int | None = None,
+        tokens_out: int | None = None,
+        cost_usd: float | None = None,
     ) -> int:
         """Record one judged attempt and return its id; its ``seq`` is the run's next number.
 
         ``verdict_json`` is ``Verdict.to_json(with_times=True)``: ``verdict``, ``reasons``,
         ``speedup``, ``shapes`` and ``judge_wall_s`` get columns; the other fields are kept in
-        ``extra``. The same (source, config) twice in one run is a LedgerError.
+        ``extra``. The same (source, config) twice in one run is a LedgerError. ``idea_id`` links the
+        attempt to the idea behind it (which then counts as tried); ``tokens_in``, ``tokens_out`` and
+        ``cost_usd`` are what a model charged to propose it.
         """
         verdict = verdict_json.get("verdict")
         if verdict not in VERDICTS:
@@ -358,6 +381,7 @@ class Ledger:
             None if speedup is None else float(speedup),
             _dumps(list(verdict_json.get("shapes") or [])), float(verdict_json.get("judge_wall_s") or 0.0),
             None if cost is None else _dumps(dict(cost)), _dumps(extra), _now(),
+            idea_id, tokens_in, tokens_out, None if cost_usd is None else float(cost_usd),
         )
         with self._write() as conn:
             self._require_run(conn, run_id)
@@ -368,10 +392,14 @@ class Ledger:
                 cursor = conn.execute(
                     "INSERT INTO attempts (run_id, seq, candidate_path, source, source_sha256, config_json,"
                     " config_key, parent_attempt, proposer, idea, verdict, reasons_json, speedup,"
-                    " shapes_json, judge_wall_s, cost_json, extra_json, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " shapes_json, judge_wall_s, cost_json, extra_json, created_at,"
+                    " idea_id, tokens_in, tokens_out, cost_usd)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (run_id, seq, *row),
                 )
+                if idea_id is not None:
+                    conn.execute("UPDATE ideas SET status = 'tried' WHERE id = ? AND status = 'pending'",
+                                 (idea_id,))
             except sqlite3.IntegrityError as exc:
                 if "UNIQUE" in str(exc):
                     raise LedgerError(
@@ -454,6 +482,44 @@ class Ledger:
                 (run_id,),
             ).fetchall()
         return [_decode(row) for row in rows]
+
+
+    # -- ideas ------------------------------------------------------------------------------------------
+
+    def add_idea(self, task: str, text: str, author: str = "human") -> int:
+        """Record an idea for a task (e.g. "split the row across programs at B=1") and return its id."""
+        if not text or not text.strip():
+            raise LedgerError("an idea needs some text")
+        with self._write() as conn:
+            cursor = conn.execute("INSERT INTO ideas (task, text, author, created_at) VALUES (?, ?, ?, ?)",
+                                  (task, text.strip(), author, _now()))
+            return int(cursor.lastrowid)
+
+    def set_idea_status(self, idea_id: int, status: str) -> None:
+        if status not in ("pending", "tried", "dropped"):
+            raise LedgerError(f"idea status must be pending, tried or dropped, not {status!r}")
+        with self._write() as conn:
+            if conn.execute("UPDATE ideas SET status = ? WHERE id = ?", (status, idea_id)).rowcount == 0:
+                raise LedgerError(f"unknown idea {idea_id} (see 'ratchet idea list')")
+
+    def ideas(self, task: str | None = None) -> list[dict[str, Any]]:
+        """Ideas (of one task, or all), oldest first, each with its outcome so far: ``attempts`` linked
+        to it, how many ``passed``, were ``kept``, and the ``best_speedup`` among those that passed."""
+        query = (
+            "SELECT i.*, count(a.id) AS attempts, coalesce(sum(a.verdict = 'pass'), 0) AS passed,"
+            " coalesce(sum(a.kept), 0) AS kept, max(CASE WHEN a.verdict = 'pass' THEN a.speedup END) AS best_speedup"
+            " FROM ideas i LEFT JOIN attempts a ON a.idea_id = i.id"
+            + (" WHERE i.task = ?" if task else "") + " GROUP BY i.id ORDER BY i.id"
+        )
+        with self._lock:
+            rows = self._conn.execute(query, (task,) if task else ()).fetchall()
+        return [dict(row) for row in rows]
+
+    def get_idea(self, idea_id: int) -> dict[str, Any]:
+        for idea in self.ideas():
+            if idea["id"] == idea_id:
+                return idea
+        raise LedgerError(f"unknown idea {idea_id} (see 'ratchet idea list')")
 
 
 def _decode(row: sqlite3.Row) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ratchet.judge.verdict import Verdict
@@ -40,7 +41,8 @@ def print_verdict(verdict: Verdict, console: Console | None = None):
     console.print(f"  judge wall time {verdict.judge_wall_s:.1f} s")
 
 
-def print_run(run: dict, attempts: list[dict], history: list[dict], console: Console | None = None):
+def print_run(run: dict, attempts: list[dict], history: list[dict], ideas: list[dict] = (),
+              console: Console | None = None):
     console = console or Console()
     best = f"{run['best_speedup']:.3f}x" if run.get("best_speedup") else "-"
     console.print(f"[bold]{run['id']}[/] {run['task']} on {run['device']} ({run['device_name']}): {run['status']}"
@@ -56,3 +58,10 @@ def print_run(run: dict, attempts: list[dict], history: list[dict], console: Con
     if history:
         steps = " -> ".join(f"#{next((a['seq'] for a in attempts if a['id'] == h['attempt_id']), '?')}" for h in history)
         console.print(f"best history: {steps}")
+    if ideas:
+        console.print(f"ideas for {run['task']}:")
+        for i in ideas:
+            outcome = (f"{i['attempts']} attempts, {i['passed']} passed, {i['kept']} kept"
+                       + (f", best {i['best_speedup']:.3f}x" if i["best_speedup"] else ""))
+            line = f"  {i['id']}. ({i['status']}) {i['text']} ({i['author']}): {outcome}"
+            console.print(escape(line), soft_wrap=True)  # people's text is not Rich markup
