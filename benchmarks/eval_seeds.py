@@ -19,6 +19,7 @@ import torch
 from ratchet.candidate import load_candidate
 from ratchet.judge import JudgeOptions, evaluate
 from ratchet.task import load_task
+from subset import describe_subset, subset_task
 
 
 def main():
@@ -27,13 +28,15 @@ def main():
     parser.add_argument("--seeds", nargs="*", help="only seeds whose file name contains one of these")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--shapes", type=int, help="only the first N public shapes of each task")
+    parser.add_argument("--first-dtype", action="store_true", help="only each task's first dtype")
     parser.add_argument("--out", default="out")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     records, lines = [], []
     for name in args.tasks:
-        task = load_task(name)
+        task = subset_task(load_task(name), args.device, args.shapes, args.first_dtype)
         for seed in task.seeds():
             if args.seeds and not any(s in seed.name for s in args.seeds):
                 continue
@@ -45,7 +48,8 @@ def main():
                       f"wall={verdict.judge_wall_s:.1f}s {[r.code for r in verdict.reasons]}", flush=True)
             records.append({"task": name, "seed": seed.name, "runs": runs})
             lines += table_rows(name, seed.name, runs)
-            table = write_tables(out, args.device, records, lines)  # after each seed: a time limit keeps them
+            table = write_tables(out, args.device, records, lines,  # after each seed: a time limit keeps them
+                                 describe_subset(args.shapes, args.first_dtype))
     print(table)
     for rec in records:
         walls = [r["judge_wall_s"] for r in rec["runs"]]
@@ -53,13 +57,13 @@ def main():
               f"verdicts {[r['verdict'] for r in rec['runs']]} speedup {[r['speedup'] for r in rec['runs']]}")
 
 
-def write_tables(out: Path, device_kind: str, records: list, lines: list) -> str:
+def write_tables(out: Path, device_kind: str, records: list, lines: list, subset: str = "") -> str:
     stamp = time.strftime("%Y-%m-%d")
     device = torch.cuda.get_device_name(0) if device_kind == "cuda" else "cpu"
     (out / "eval_seeds.json").write_text(json.dumps({"date": stamp, "device": device, "records": records}, indent=1))
     header = ("| task | seed | shape | dtype | mode | median µs (run 1) | run 2 | diff % | ref µs | speedup | TB/s | "
               "roofline % |\n|" + "---|" * 12)
-    table = "\n".join([f"{device}, {stamp}", header] + lines)
+    table = "\n".join([f"{device}, {stamp}" + (f" ({subset})" if subset else ""), header] + lines)
     (out / "eval_seeds.md").write_text(table + "\n")
     return table
 

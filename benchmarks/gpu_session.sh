@@ -1,30 +1,52 @@
 #!/usr/bin/env bash
-# One lease on the H200, every GPU measurement the open issues need, in order of value. Logs and tables
-# go to $OUT. Each stage has its own time limit (seconds, env); STAGES picks which run (default: all).
-#   STAGES="smoke tests seeds search loop" bash benchmarks/gpu_session.sh
+# One lease on the H200: the GPU measurements the open issues need, in order of value. Logs and tables
+# go to $OUT. Each stage has its own time limit (seconds, env NAME_S); STAGES picks which run, in order.
+#   STAGES="tests eval_rmsnorm search loop" bash benchmarks/gpu_session.sh
+# A device command may run 10 minutes and a session has 30: split the stages over calls, e.g.
+#   call 1: STAGES="tests eval_rmsnorm"      call 2: STAGES="search loop"      call 3: STAGES="seeds_all suite"
+# Optuna and Liger are not on the GPU image: fetch wheels with ../shared/device/wheels.sh, carry .whl and
+# install them first (the line at the top of that script); PYTHONPATH set by it is kept.
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-STAGES=${STAGES:-"smoke tests seeds search loop"}
+STAGES=${STAGES:-"tests eval_rmsnorm search loop"}
+DECODE=benchmarks/tasks/rmsnorm_decode.py  # microsecond rmsnorm shapes, bf16: ~half a minute per evaluation
+ROWWISE=src/ratchet/tasks/rmsnorm/seeds/triton_rowwise.py
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv | tee "$OUT/smi.txt"
 for stage in $STAGES; do
+  t0=$(date +%s)
   case $stage in
     smoke) timeout "${SMOKE_S:-150}" python benchmarks/judge_smoke_gpu.py --out "$OUT" > "$OUT/smoke.log" 2>&1 ;;
-    tests) timeout "${TESTS_S:-240}" python -m pytest -q -p no:cacheprovider -m gpu ${PYTEST_ARGS:-tests} > "$OUT/pytest_gpu.log" 2>&1 ;;
+    tests) timeout "${TESTS_S:-300}" python -m pytest -q -p no:cacheprovider -m gpu ${PYTEST_ARGS:-tests} \
+             > "$OUT/pytest_gpu.log" 2>&1 ;;
+    eval_rmsnorm) timeout "${EVAL_S:-240}" python -m ratchet.cli eval rmsnorm "$ROWWISE" --json \
+             > "$OUT/eval_rmsnorm.json" 2> "$OUT/eval_rmsnorm.err" ;;
+    phases) timeout "${PHASES_S:-90}" python benchmarks/judge_phase_costs.py --task rmsnorm --shapes 4 \
+             --seed-file "$ROWWISE" --out "$OUT" > "$OUT/phases.log" 2>&1 ;;
     seeds) timeout "${SEEDS_S:-600}" python benchmarks/eval_seeds.py --tasks top_p_sampling rmsnorm --seeds triton \
              --repeats "${SEEDS_REPEATS:-2}" --out "$OUT" > "$OUT/eval_seeds.log" 2>&1 ;;
-    search) timeout "${SEARCH_S:-600}" python benchmarks/search_efficiency.py --task rmsnorm \
-             --seed-file src/ratchet/tasks/rmsnorm/seeds/triton_rowwise.py --out "$OUT" > "$OUT/search.log" 2>&1 ;;
-    phases) timeout "${PHASES_S:-90}" python benchmarks/judge_phase_costs.py --task rmsnorm --shapes 4 \
-             --seed-file src/ratchet/tasks/rmsnorm/seeds/triton_rowwise.py --out "$OUT" > "$OUT/phases.log" 2>&1 ;;
+    seeds_all) timeout "${SEEDS_ALL_S:-400}" python benchmarks/eval_seeds.py --repeats 1 --seeds triton cuda \
+             --first-dtype --shapes "${SEEDS_SHAPES:-4}" --tasks add_rmsnorm silu_mul softmax rope moe_route \
+             decode_attention --out "$OUT/all" > "$OUT/eval_seeds_all.log" 2>&1 ;;
+    search) timeout "${SEARCH_S:-420}" python benchmarks/search_efficiency.py --task "$DECODE" --seed-file "$ROWWISE" \
+             --out "$OUT" > "$OUT/search.log" 2>&1 ;;
+    loop) timeout "${LOOP_S:-240}" python benchmarks/loop_throughput.py --task "$DECODE" --budget "${LOOP_BUDGET:-8}" \
+             --out "$OUT" > "$OUT/loop.log" 2>&1 ;;
     guard) timeout "${GUARD_S:-150}" python benchmarks/guard_cost.py --task rmsnorm --repeats 2 --shapes 4 \
-             --seed-file src/ratchet/tasks/rmsnorm/seeds/triton_rowwise.py --out "$OUT" > "$OUT/guard.log" 2>&1 ;;
-    seeds_all) timeout "${SEEDS_ALL_S:-300}" python benchmarks/eval_seeds.py --repeats 1 --seeds triton \
-             --tasks add_rmsnorm silu_mul softmax rope --out "$OUT/all" > "$OUT/eval_seeds_all.log" 2>&1 ;;
-    loop) timeout "${LOOP_S:-300}" python benchmarks/loop_throughput.py --task rmsnorm --budget 8 --out "$OUT" \
-             > "$OUT/loop.log" 2>&1 ;;
+             --seed-file "$ROWWISE" --out "$OUT" > "$OUT/guard.log" 2>&1 ;;
+    suite) timeout "${SUITE_S:-540}" python benchmarks/suite.py ${SUITE_ARGS:-} --out "$OUT/suite" \
+             > "$OUT/suite.log" 2>&1 ;;
+    *) echo "unknown stage $stage" ;;
   esac
-  echo "== $stage: exit $?"
+  echo "== $stage: exit $? in $(( $(date +%s) - t0 )) s"
 done
-for f in smoke.log pytest_gpu.log eval_seeds.md search_efficiency.md loop_throughput.txt guard_cost.md judge_phase_costs.md all/eval_seeds.md; do
+for f in smoke.log pytest_gpu.log eval_rmsnorm.err eval_seeds.md search_efficiency.md loop_throughput.txt guard_cost.md \
+         judge_phase_costs.md all/eval_seeds.md suite/suite.md; do
   [ -f "$OUT/$f" ] && { echo "== $f"; tail -20 "$OUT/$f"; }
 done
+[ -s "$OUT/eval_rmsnorm.json" ] && python - "$OUT/eval_rmsnorm.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("== ratchet eval rmsnorm:", d["verdict"], d["speedup"], "judge", d["judge_wall_s"], "s", d.get("phases_s"),
+      [r["code"] for r in d["reasons"]])
+EOF
+exit 0

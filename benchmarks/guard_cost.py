@@ -10,7 +10,6 @@ checks, the source scan); correctness against the reference and the timing proto
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ import torch
 from ratchet.candidate import load_candidate
 from ratchet.judge import JudgeOptions, evaluate
 from ratchet.task import load_task
+from subset import subset_task
 
 
 def main():
@@ -33,10 +33,7 @@ def main():
     parser.add_argument("--out", default="out")
     args = parser.parse_args()
     task, cand = load_task(args.task), load_candidate(args.seed_file)
-    if args.shapes:
-        device_set = task.shape_set(args.device)
-        subset = dataclasses.replace(device_set, public=list(device_set.public[: args.shapes]))
-        task = dataclasses.replace(task, dtypes=task.dtypes[:1], **{"gpu" if args.device == "cuda" else "cpu": subset})
+    task = subset_task(task, args.device, args.shapes, first_dtype=bool(args.shapes))
     walls = {True: [], False: []}
     phases = {True: [], False: []}
     for _ in range(args.repeats):
