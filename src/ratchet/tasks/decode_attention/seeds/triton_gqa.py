@@ -1,0 +1,116 @@
+"""Decode attention in Triton: one program per (sequence, kv head), the whole query group at once.
+
+The G query heads that share a kv head are loaded together as a [G, D] tile (padded to 16 rows, the least
+tl.dot takes, and D padded to a power of two), so each key and value block is read from memory once for the
+whole group and both products run on tensor cores: scores = q . k^T, then acc += p . v. The context is walked
+in BLOCK_L positions up to seq_lens[b] (masked loads: nothing beyond is read) with an online softmax
+(Milakov & Gimelshein, 2018): a running max m and sum s per head, and the accumulator rescaled by
+exp(m_old - m_new) whenever the max grows. Scores, softmax and accumulator are fp32; the weights are rounded
+to bf16 only as the operand of the p . v product, as FlashAttention does.
+On the CPU (Triton's interpreter, for tests) two things differ, behind the EMULATE flag: the interpreter
+multiplies the raw bits of bf16 operands in tl.dot and truncates fp32 -> bf16 casts, so there the operands
+are fp32 carrying exactly the bf16 values a GPU would use (rounded to nearest even by hand) and the dot is
+an exact fp32 one: the same numbers as on the GPU.
+B * Hkv programs are plenty at batch 64 and beyond, but a single sequence gets only 8 (Hkv) of an H200's 132
+SMs, each walking the whole context: that is what triton_split_k.py is about.
+Not yet measured on a GPU.
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+SPACE = {"BLOCK_L": [64, 32, 128], "num_warps": [4, 8]}
+
+
+@triton.jit
+def _round_bf16(x):
+    """fp32 -> the nearest bf16 value (ties to even), still as fp32: the interpreter's own cast truncates."""
+    bits = x.to(tl.int32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _bf16(x, EMULATE: tl.constexpr):
+    """x rounded to bf16: a bf16 tensor on the GPU, fp32 holding the same values in the interpreter."""
+    if EMULATE:
+        y = _round_bf16(x)
+    else:
+        y = x.to(tl.bfloat16)
+    return y
+
+
+@triton.jit
+def _dot(a, b, EMULATE: tl.constexpr):
+    """a @ b with an fp32 result: tensor cores on the GPU, an exact fp32 product in the interpreter."""
+    if EMULATE:
+        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        c = tl.dot(a, b)
+    return c
+
+
+@triton.jit
+def _decode_gqa(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr,
+                stride_qb, stride_qh, stride_kb, stride_kh, stride_kl, stride_vb, stride_vh, stride_vl,
+                stride_ob, stride_oh, scale, G, D,
+                BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr, EMULATE: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)  # int64: offsets into a large cache can pass 2^31
+    kvh = tl.program_id(1).to(tl.int64)
+    seq_len = tl.load(lens_ptr + b)
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, BLOCK_D)
+    cols = tl.arange(0, BLOCK_L)
+    head_ok = g < G
+    d_ok = d < D
+    heads = kvh * G + g
+    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
+                mask=head_ok[:, None] & d_ok[None, :], other=0.0)
+    k_row = k_ptr + b * stride_kb + kvh * stride_kh
+    v_row = v_ptr + b * stride_vb + kvh * stride_vh
+    m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    s = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    # Every block starts below seq_len (>= 1), so it holds a valid position and m_new is finite: the first
+    # alpha is exp(-inf) = 0, never NaN.
+    for start in range(0, seq_len, BLOCK_L):
+        pos = start + cols
+        valid = pos < seq_len
+        tile_ok = valid[:, None] & d_ok[None, :]
+        k = tl.load(k_row + pos[:, None] * stride_kl + d[None, :], mask=tile_ok, other=0.0)
+        scores = _dot(q, tl.trans(k), EMULATE) * scale  # [BLOCK_G, BLOCK_L], fp32
+        scores = tl.where(valid[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, axis=1))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(scores - m_new[:, None])
+        s = s * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_row + pos[:, None] * stride_vl + d[None, :], mask=tile_ok, other=0.0)
+        acc = acc * alpha[:, None] + _dot(_bf16(p, EMULATE), v, EMULATE)
+        m = m_new
+    out = acc / s[:, None]
+    tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
+             _bf16(out, EMULATE).to(out_ptr.dtype.element_ty), mask=head_ok[:, None] & d_ok[None, :])
+
+
+def kernel(q, k_cache, v_cache, seq_lens, BLOCK_L=64, num_warps=4):
+    # The kernel walks the head dim with unit stride.
+    q, k_cache, v_cache = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k_cache, v_cache))
+    seq_lens = seq_lens.contiguous()
+    B, Hq, D = q.shape
+    Hkv = k_cache.shape[1]
+    G = Hq // Hkv
+    out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
+    if B == 0 or Hq == 0:
+        return out
+    _decode_gqa[(B, Hkv)](
+        q, k_cache, v_cache, seq_lens, out,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
+        1.0 / math.sqrt(D), G, D,
+        BLOCK_G=max(16, triton.next_power_of_2(G)), BLOCK_D=max(16, triton.next_power_of_2(D)), BLOCK_L=BLOCK_L,
+        EMULATE=q.device.type == "cpu", num_warps=num_warps,
+    )
+    return out

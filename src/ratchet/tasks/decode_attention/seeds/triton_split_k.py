@@ -1,0 +1,181 @@
+"""Decode attention in Triton, split-K (flash-decoding): the context is cut into pieces across programs.
+
+One program per (sequence, kv head) gives a single sequence 8 programs on an H200's 132 SMs, each walking
+the whole context. Here program (b, kv head, split) walks only its piece of the context with the online
+softmax of triton_gqa.py and writes, for each query head of the group, its partial state to an fp32
+workspace: the piece's max score m_i, sum of weights s_i = sum exp(score - m_i) and unnormalized output
+acc_i = sum exp(score - m_i) v. A second small kernel, one program per (sequence, query head), merges the
+pieces exactly: with m = max m_i, out = sum exp(m_i - m) acc_i / sum exp(m_i - m) s_i.
+Pieces beyond a row's seq_lens do nothing and leave (m, s, acc) = (-inf, 0, 0): a weight of exp(-inf) = 0
+in the merge (piece 0 is never empty, so m is finite). Lengths never leave the device (the split count
+comes from the padded L), so the kernel can be captured in a CUDA graph.
+SPLITS == 0 picks enough pieces for ~4 programs per SM, at least 4 blocks each; with one piece (large
+batches) the first kernel writes the normalized output itself and the merge is skipped.
+The EMULATE helpers make the interpreter (CPU tests) compute what the GPU does; see triton_gqa.py.
+Not yet measured on a GPU.
+"""
+
+import functools
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+SPACE = {"SPLITS": [0, 8, 32], "BLOCK_L": [64, 32], "num_warps": [4, 8]}
+
+_PROGRAMS_PER_SM = 4
+_MIN_BLOCKS_PER_SPLIT = 4
+_DEFAULT_SMS = 132  # an H100 / H200; the interpreter has no SMs to ask about
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index):
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@triton.jit
+def _round_bf16(x):
+    """fp32 -> the nearest bf16 value (ties to even), still as fp32: the interpreter's own cast truncates."""
+    bits = x.to(tl.int32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _bf16(x, EMULATE: tl.constexpr):
+    """x rounded to bf16: a bf16 tensor on the GPU, fp32 holding the same values in the interpreter."""
+    if EMULATE:
+        y = _round_bf16(x)
+    else:
+        y = x.to(tl.bfloat16)
+    return y
+
+
+@triton.jit
+def _dot(a, b, EMULATE: tl.constexpr):
+    """a @ b with an fp32 result: tensor cores on the GPU, an exact fp32 product in the interpreter."""
+    if EMULATE:
+        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        c = tl.dot(a, b)
+    return c
+
+
+@triton.jit
+def _split_partials(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr, m_ptr, s_ptr, acc_ptr,
+                    stride_qb, stride_qh, stride_kb, stride_kh, stride_kl, stride_vb, stride_vh, stride_vl,
+                    stride_ob, stride_oh, scale, Hq, G, D, CHUNK, SPLITS,
+                    BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
+                    DIRECT: tl.constexpr, EMULATE: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)  # int64: offsets into a large cache can pass 2^31
+    kvh = tl.program_id(1).to(tl.int64)
+    split = tl.program_id(2)
+    seq_len = tl.load(lens_ptr + b)
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, BLOCK_D)
+    cols = tl.arange(0, BLOCK_L)
+    head_ok = g < G
+    d_ok = d < D
+    heads = kvh * G + g
+    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
+                mask=head_ok[:, None] & d_ok[None, :], other=0.0)
+    k_row = k_ptr + b * stride_kb + kvh * stride_kh
+    v_row = v_ptr + b * stride_vb + kvh * stride_vh
+    m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    s = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    lo = split * CHUNK  # CHUNK is a multiple of BLOCK_L: only seq_len cuts a block short
+    for start in range(lo, tl.minimum(lo + CHUNK, seq_len), BLOCK_L):
+        pos = start + cols
+        valid = pos < seq_len
+        tile_ok = valid[:, None] & d_ok[None, :]
+        k = tl.load(k_row + pos[:, None] * stride_kl + d[None, :], mask=tile_ok, other=0.0)
+        scores = _dot(q, tl.trans(k), EMULATE) * scale  # [BLOCK_G, BLOCK_L], fp32
+        scores = tl.where(valid[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, axis=1))  # finite: every block holds a valid position
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(scores - m_new[:, None])
+        s = s * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_row + pos[:, None] * stride_vl + d[None, :], mask=tile_ok, other=0.0)
+        acc = acc * alpha[:, None] + _dot(_bf16(p, EMULATE), v, EMULATE)
+        m = m_new
+    tile = head_ok[:, None] & d_ok[None, :]
+    if DIRECT:  # one piece holds the whole context: normalize and write the output here
+        out = acc / s[:, None]
+        tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
+                 _bf16(out, EMULATE).to(out_ptr.dtype.element_ty), mask=tile)
+    else:
+        row = (b * Hq + heads) * SPLITS + split  # workspace [B, Hq, SPLITS] (and [..., D] for acc)
+        tl.store(m_ptr + row, m, mask=head_ok)
+        tl.store(s_ptr + row, s, mask=head_ok)
+        tl.store(acc_ptr + row[:, None] * D + d[None, :], acc, mask=tile)
+
+
+@triton.jit
+def _merge_splits(m_ptr, s_ptr, acc_ptr, out_ptr, stride_ob, stride_oh, Hq, D, SPLITS,
+                  SPLITS_P2: tl.constexpr, BLOCK_D: tl.constexpr, EMULATE: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    base = (b * Hq + h) * SPLITS
+    pieces = tl.arange(0, SPLITS_P2)
+    m_all = tl.load(m_ptr + base + pieces, mask=pieces < SPLITS, other=float("-inf"))
+    s_all = tl.load(s_ptr + base + pieces, mask=pieces < SPLITS, other=0.0)
+    m = tl.max(m_all, axis=0)
+    denom = tl.sum(s_all * tl.exp(m_all - m), axis=0)
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for i in range(0, SPLITS):  # a loop, not a [SPLITS, D] tile: registers stay bounded at any split count
+        m_i = tl.load(m_ptr + base + i)
+        acc += tl.load(acc_ptr + (base + i) * D + d, mask=d_ok, other=0.0) * tl.exp(m_i - m)
+    out = acc / denom
+    tl.store(out_ptr + b * stride_ob + h * stride_oh + d, _bf16(out, EMULATE).to(out_ptr.dtype.element_ty),
+             mask=d_ok)
+
+
+def _split_count(B, Hkv, L, block, device, requested):
+    blocks = triton.cdiv(L, block)
+    if requested:
+        return max(1, min(requested, blocks))
+    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device()) \
+        if device.type == "cuda" else _DEFAULT_SMS
+    want = triton.cdiv(_PROGRAMS_PER_SM * sms, B * Hkv)
+    return max(1, min(want, blocks // _MIN_BLOCKS_PER_SPLIT))
+
+
+def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4):
+    # The kernels walk the head dim with unit stride.
+    q, k_cache, v_cache = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k_cache, v_cache))
+    seq_lens = seq_lens.contiguous()
+    B, Hq, D = q.shape
+    Hkv, L = k_cache.shape[1], k_cache.shape[2]
+    G = Hq // Hkv
+    out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
+    if B == 0 or Hq == 0:
+        return out
+    splits = _split_count(B, Hkv, L, BLOCK_L, q.device, SPLITS)
+    chunk = triton.cdiv(triton.cdiv(L, splits), BLOCK_L) * BLOCK_L  # whole blocks per piece
+    splits = triton.cdiv(L, chunk)  # no piece past L
+    direct = splits == 1
+    emulate = q.device.type == "cpu"
+    block_d = max(16, triton.next_power_of_2(D))
+    if direct:  # nothing to merge: the workspace arguments are never touched
+        m_ws = s_ws = acc_ws = out
+    else:
+        m_ws = torch.empty((B, Hq, splits), dtype=torch.float32, device=q.device)
+        s_ws = torch.empty((B, Hq, splits), dtype=torch.float32, device=q.device)
+        acc_ws = torch.empty((B, Hq, splits, D), dtype=torch.float32, device=q.device)
+    _split_partials[(B, Hkv, splits)](
+        q, k_cache, v_cache, seq_lens, out, m_ws, s_ws, acc_ws,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
+        1.0 / math.sqrt(D), Hq, G, D, chunk, splits,
+        BLOCK_G=max(16, triton.next_power_of_2(G)), BLOCK_D=block_d, BLOCK_L=BLOCK_L,
+        DIRECT=direct, EMULATE=emulate, num_warps=num_warps,
+    )
+    if not direct:
+        _merge_splits[(B, Hq)](m_ws, s_ws, acc_ws, out, out.stride(0), out.stride(1), Hq, D, splits,
+                               SPLITS_P2=triton.next_power_of_2(splits), BLOCK_D=block_d, EMULATE=emulate,
+                               num_warps=4)
+    return out
