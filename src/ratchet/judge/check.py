@@ -124,10 +124,44 @@ def check_values(task: Task, inputs: tuple, outs: Sequence[torch.Tensor], refs: 
     return reasons
 
 
-def inputs_unchanged(before: Sequence, after_descs: Sequence[dict | None], label: str) -> list[Reason]:
-    """Inputs after the call, as the worker sent them back, must equal what the judge made."""
+# Inputs at least this large come back from the worker as a fingerprint, not as bytes: decode
+# attention's KV caches are 1 GiB per call, which took seconds through the pipe.
+FINGERPRINT_MIN_BYTES = 16 << 20
+_FINGERPRINT_CHUNK_WORDS = 8 << 20
+
+
+def input_fingerprint(t: torch.Tensor, seed: int) -> int:
+    """A keyed checksum of a tensor's bytes: the sum of its 32-bit words times random weights drawn
+    from ``seed`` on the tensor's device, modulo 2**64. Integer sums are exact in any order, so the
+    worker and the judge agree on equal bytes; any change of the bytes changes it except with
+    probability ~2**-31 for weights the kernel does not know (the seed comes with the call)."""
+    raw = t.detach().contiguous().view(-1).view(torch.uint8)
+    pad = (-raw.numel()) % 4
+    if pad:
+        raw = torch.cat([raw, raw.new_zeros(pad)])
+    words = raw.view(torch.int32)
+    generator = torch.Generator(device=t.device).manual_seed(seed)
+    total = torch.zeros((), dtype=torch.int64, device=t.device)
+    for start in range(0, words.numel(), _FINGERPRINT_CHUNK_WORDS):
+        chunk = words[start:start + _FINGERPRINT_CHUNK_WORDS].to(torch.int64)
+        weights = torch.randint(-(1 << 31), 1 << 31, chunk.shape, generator=generator, device=t.device,
+                                dtype=torch.int64)
+        total += (chunk * weights).sum()  # |product| < 2**62; the sum wraps modulo 2**64
+    return int(total)
+
+
+def inputs_unchanged(before: Sequence, after_descs: Sequence[dict | None], label: str,
+                     fingerprint_seed: int | None = None) -> list[Reason]:
+    """Inputs after the call, as the worker sent them back (bytes, or a fingerprint for large ones,
+    keyed with the seed the judge sent), must equal what the judge made."""
     for i, (orig, desc) in enumerate(zip(before, after_descs)):
         if desc is None or not isinstance(orig, torch.Tensor):
+            continue
+        if "fingerprint" in desc:
+            same = (fingerprint_seed is not None and list(desc["shape"]) == list(orig.shape)
+                    and desc["fingerprint"] == input_fingerprint(orig, fingerprint_seed))
+            if not same:
+                return [Reason("input_mutated", f"{label}: input {i} was modified by the kernel")]
             continue
         after = tensor_from_description(desc, orig.device)
         same = after.shape == orig.shape and torch.equal(

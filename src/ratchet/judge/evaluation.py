@@ -171,6 +171,7 @@ class Evaluation:
             # The first call of an evaluation goes alone: it compiles, and gets the long time limit.
             count = 1 if self.first_call else min(CHECK_BATCH, calls - len(pairs))
             subs = [{"seed": self.rng.getrandbits(62), "rng_seed": self.rng.getrandbits(62),
+                     "fingerprint_seed": self.rng.getrandbits(62),
                      "first_of_task": self.first_call, "profile": len(pairs) + i == profiled} for i in range(count)]
             budget = self.opts.limits.first_call_s if self.first_call else self.opts.limits.call_s * count
             reply, _ = self.cand.ask({"op": "batch", "calls": subs, "shape": shape,
@@ -184,20 +185,21 @@ class Evaluation:
                 self._raise_on_error(result)
                 self._raise_on_flags(result, label)
                 self._forbidden(result.get("ops"), label)
-                pairs.append(self._verify(shape, dtype, sub["seed"], result, label, statistical=rule is not None))
+                pairs.append(self._verify(shape, dtype, sub["seed"], result, label, statistical=rule is not None,
+                                          fingerprint_seed=sub["fingerprint_seed"]))
         if rule:
             details = rule.test(pairs)
             if details:
                 raise Abort([Reason("statistical", f"{label}: {d}") for d in details])
 
     def _verify(self, shape, dtype, seed, fetched, label, statistical: bool, sample: dict | None = None,
-                scalars: tuple | None = None):
+                scalars: tuple | None = None, fingerprint_seed: int | None = None):
         """Check one call's outputs (and inputs after the call) against the reference here. ``scalars``:
         the non-tensor arguments a CUDA graph was captured with, which its replays use."""
         inputs = self.make_inputs(shape, dtype, seed)
         if scalars is not None:
             inputs = tuple(x if isinstance(x, torch.Tensor) else c for x, c in zip(inputs, scalars))
-        reasons = inputs_unchanged(inputs, fetched.get("inputs_after") or [], label)
+        reasons = inputs_unchanged(inputs, fetched.get("inputs_after") or [], label, fingerprint_seed)
         native = self._expected_outputs(shape, dtype, inputs)
         descs = fetched["outputs"]
         reasons += check_structure(descs, native, self.device)

@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 import torch
 
 from ratchet.judge import guards, timing  # saves the primitives before any candidate import
-from ratchet.judge.check import POISON_BYTE, as_tuple
+from ratchet.judge.check import FINGERPRINT_MIN_BYTES, POISON_BYTE, as_tuple, input_fingerprint
 from ratchet.task import Task, load_task
 
 
@@ -220,8 +220,8 @@ class Harness:
             return {"error": "deferred_write", "detail": "an output changed after the kernel returned"}
         self.output_sizes = {o.numel() * o.element_size() for o in self.snapshot if type(o) is torch.Tensor}
         outs = describe_outputs(self.last_outputs, self.last_inputs, msg.get("sample"), self.snapshot)
-        ins = [describe_tensor(t) if isinstance(t, torch.Tensor) else None for t in self.last_inputs] if msg.get(
-            "inputs") else None
+        ins = [describe_input(t, msg.get("fingerprint_seed")) if isinstance(t, torch.Tensor) else None
+               for t in self.last_inputs] if msg.get("inputs") else None
         return {"outputs": outs, "inputs_after": ins}
 
 
@@ -229,6 +229,13 @@ def describe_tensor(t: torch.Tensor) -> dict:
     data = t.detach().contiguous().cpu()
     return {"dtype": str(data.dtype), "shape": list(data.shape), "data_shape": list(data.shape), "data": data.view(torch.uint8).numpy().tobytes()
             if data.numel() else b""}
+
+
+def describe_input(t: torch.Tensor, fingerprint_seed: int | None) -> dict:
+    """An input after the call: its bytes, or for a large one its keyed fingerprint (check.py)."""
+    if fingerprint_seed is None or t.numel() * t.element_size() < FINGERPRINT_MIN_BYTES:
+        return describe_tensor(t)
+    return {"shape": list(t.shape), "fingerprint": input_fingerprint(t, fingerprint_seed)}
 
 
 def sample_indices(numel: int, sample: dict) -> torch.Tensor:
@@ -303,13 +310,19 @@ def _import_candidate(path: str):
 
 
 def classify_exception(exc: BaseException, first_call: bool) -> tuple[str, str]:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    text = " ".join(text.split())[:2000]
+    raw = f"{type(exc).__name__}: {exc}".strip()
+    text = " ".join(raw.split())[:2000]
     names = {c.__name__ for c in type(exc).__mro__}
     if isinstance(exc, torch.OutOfMemoryError):
         return "out_of_memory", text
     if names & {"CompilationError", "CompileTimeAssertionFailure", "BuildExtensionError"} or (
         isinstance(exc, RuntimeError) and "Error building extension" in str(exc)):
+        # torch's build failure is mostly compiler command lines, each printed twice (nvcc's alone can
+        # fill the 2000 characters): keep its headline and the compiler's own "error:" lines.
+        head, *rest = raw.splitlines()
+        errors = [" ".join(line.split()) for line in rest if "error:" in line]
+        if "Error building extension" in head and errors:
+            text = " | ".join([head.split(": [")[0], *errors])[:2000]
         return "compile_error", text
     if isinstance(exc, TypeError) and "argument" in str(exc) and first_call:
         return "bad_signature", text
@@ -357,7 +370,7 @@ def serve(conn: Connection):
                     calls += 1
                     try:
                         result = harness.call(dict(msg, **sub, op="call"))
-                        result.update(harness.fetch({"inputs": True}))
+                        result.update(harness.fetch({"inputs": True, "fingerprint_seed": sub.get("fingerprint_seed")}))
                     except Exception as exc:
                         code, detail = classify_exception(exc, first or sub.get("first_of_task", False))
                         result = {"error": code, "detail": detail}
