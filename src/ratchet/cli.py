@@ -35,6 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--allow", action="append", default=[], metavar="OP",
                     help="allow a forbidden op by its profiler name (repeatable)")
     ev.add_argument("--no-timing", action="store_true", help="check correctness only")
+    ev.add_argument("--run", metavar="RUN", help="record the attempt in RUN (proposer 'agent') and apply the "
+                    "keep rule; the run's task file and device judge it (see 'ratchet program')")
+    ev.add_argument("--idea", type=int, metavar="ID", help="with --run: the idea this attempt tries")
+    ev.add_argument("--ledger", metavar="PATH", help="with --run: ledger file (default: $RATCHET_LEDGER or "
+                    ".ratchet/ledger.sqlite)")
     ev.set_defaults(func=cmd_eval)
 
     rn = sub.add_parser("run", help="run the ratchet on a task: propose, judge, keep only real wins", description=(
@@ -44,7 +49,25 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("task", metavar="TASK", nargs="?", help="built-in task name or task file (not with --resume)")
     rn.add_argument("--seed", action="append", default=[], metavar="FILE",
                     help="start from this candidate file (repeatable; default: the task's seeds for the device)")
-    rn.add_argument("--proposer", choices=["tune"], default="tune", help="what proposes the next attempt")
+    rn.add_argument("--proposer", choices=["tune", "llm"], default="tune",
+                    help="what proposes the next attempt: tune (search each seed's SPACE) or llm (a model writes "
+                    "candidate files, the tuner tunes their SPACE)")
+    llm = rn.add_argument_group("--proposer llm", "key from OPENAI_API_KEY or ANTHROPIC_API_KEY; the openai "
+                                "provider also honours OPENAI_BASE_URL")
+    llm.add_argument("--llm-provider", choices=["openai", "anthropic"], default="openai",
+                     help="openai: any OpenAI-compatible chat endpoint (OpenAI, vLLM, SGLang); anthropic: the "
+                     "Messages API (default: openai)")
+    llm.add_argument("--llm-model", metavar="NAME", help="the model the endpoint serves (required with --proposer llm)")
+    llm.add_argument("--llm-base-url", metavar="URL", help="endpoint, e.g. http://localhost:8000/v1 for a local vLLM "
+                     "(default: $OPENAI_BASE_URL, else the provider's API)")
+    llm.add_argument("--llm-max-tokens-total", type=int, metavar="N",
+                     help="start no model call once N tokens (in + out) were spent")
+    llm.add_argument("--llm-max-cost", type=float, metavar="USD",
+                     help="start no model call once this much was spent (needs the prices)")
+    llm.add_argument("--llm-price-in", type=float, default=0.0, metavar="USD",
+                     help="price per million input tokens (default 0: cost unknown)")
+    llm.add_argument("--llm-price-out", type=float, default=0.0, metavar="USD",
+                     help="price per million output tokens (default 0: cost unknown)")
     rn.add_argument("--sampler", choices=["tpe", "random", "grid"], default="tpe", help="the tuner's search strategy")
     rn.add_argument("--target", metavar="SPEEDUP", help="stop when the best reaches this speedup, e.g. 3x")
     budget = rn.add_mutually_exclusive_group()
@@ -87,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "sheet, and the cached measured ceilings if any. --device-name shows a sheet without hardware.")
     hw.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     hw.add_argument("--device-name", metavar="NAME", help="show the sheet for NAME (e.g. H200) instead of detecting")
+    hw.add_argument("--audit", action="store_true", help=(
+        "read clocks, power limit, persistence, PCIe link, ECC, MIG, CPU governor, NUMA and THP, and say what "
+        "an owner of the bare metal could change and what it tends to buy (changes nothing)"))
     hw.set_defaults(func=cmd_hw)
 
     from ratchet.commands import register_all
@@ -102,28 +128,53 @@ def default_device() -> str:
 
 
 def cmd_eval(args) -> int:
+    from contextlib import ExitStack
+
+    from ratchet import agents_api
     from ratchet.candidate import CandidateError, load_candidate, parse_config
     from ratchet.judge import JudgeOptions, evaluate
     from ratchet.judge.verdict import Reason, Verdict
+    from ratchet.ledger import LedgerError
     from ratchet.report.console import print_verdict
     from ratchet.task import TaskError, load_task
 
-    try:
-        device = resolve_device(args.device)
-        task = load_task(args.task)
-        candidate = load_candidate(args.candidate)
-        config = candidate.resolve_config(parse_config(args.config))
-    except (UsageError, TaskError, CandidateError) as exc:
-        if args.json:  # programs reading stdout still get their one object
-            bad = Verdict("error", [Reason("bad_input", str(exc))], task=args.task, candidate=args.candidate)
-            print(json.dumps(bad.to_json()))
-        raise
-    options = JudgeOptions(device=device, allow=tuple(args.allow), time_it=not args.no_timing)
-    verdict = evaluate(task, candidate, config, options)
+    with ExitStack() as stack:
+        ledger = run = None
+        try:
+            if args.run:
+                if args.allow or args.no_timing:
+                    raise UsageError("--allow and --no-timing cannot be used with --run: a run's judge is fixed")
+                ledger = stack.enter_context(open_ledger(args.ledger, create=False))
+                run = ledger.get_run(args.run)
+            elif args.idea is not None or args.ledger:
+                raise UsageError("--idea and --ledger go with --run RUN")
+            device = resolve_device(args.device or (run and run["device"]))
+            task = agents_api.task_for_run(run, args.task) if run else load_task(args.task)
+            candidate = load_candidate(args.candidate)
+            config = candidate.resolve_config(parse_config(args.config))
+            if run:
+                agents_api.check_attempt(ledger, run, device, candidate, config, args.idea)
+        except (UsageError, TaskError, CandidateError, LedgerError) as exc:
+            if args.json:  # programs reading stdout still get their one object
+                bad = Verdict("error", [Reason("bad_input", str(exc))], task=args.task, candidate=args.candidate)
+                print(json.dumps(bad.to_json()))
+            raise
+        options = JudgeOptions(device=device, allow=tuple(args.allow), time_it=not args.no_timing)
+        verdict = evaluate(task, candidate, config, options)
+        recorded = {}
+        if run:
+            recorded = agents_api.record(ledger, run["id"], candidate, config, verdict.to_json(with_times=True),
+                                         args.idea)
     if args.json:
-        print(json.dumps(verdict.to_json()))
+        print(json.dumps({**verdict.to_json(), **recorded}))
     else:
         print_verdict(verdict)
+        if recorded:
+            best = "none"
+            if recorded["best_seq"]:
+                best = f"{recorded['best_speedup']:.3f}x (attempt {recorded['best_seq']})"
+            print(f"recorded as attempt {recorded['attempt_seq']} of run {recorded['run']}: "
+                  f"{'KEPT' if recorded['kept'] else 'not kept'} ({recorded['keep_reason']}); best {best}")
     if verdict.verdict == "error":
         first = verdict.reasons[0]
         print(f"ratchet: error: {first.code}: {first.detail}", file=sys.stderr)
@@ -192,6 +243,7 @@ def open_ledger(path: str | None, create: bool = True):
 
 def cmd_run(args) -> int:
     from ratchet.run_command import RunRequest, start_or_resume
+    from ratchet.search.llm_client import LLMSetupError
 
     if args.resume and args.task:
         raise UsageError("give either TASK or --resume RUN, not both")
@@ -200,9 +252,34 @@ def cmd_run(args) -> int:
     device = resolve_device(args.device)
     request = RunRequest(task=args.task, seeds=tuple(args.seed), proposer=args.proposer, sampler=args.sampler,
                          target=parse_speedup(args.target), budget=args.budget, seconds=parse_duration(args.time),
-                         device=device, gpus=tuple(parse_gpus(args.gpus, device) or ()), resume=args.resume)
+                         device=device, gpus=tuple(parse_gpus(args.gpus, device) or ()), resume=args.resume,
+                         llm=llm_settings(args))
     with open_ledger(args.ledger) as ledger:
-        return start_or_resume(ledger, request)
+        try:
+            return start_or_resume(ledger, request)
+        except LLMSetupError as exc:
+            raise UsageError(str(exc)) from None
+
+
+def llm_settings(args):
+    """The --llm-* flags as LLMSettings (checked: model, key, prices), or None for another proposer."""
+    from ratchet.search.llm_client import LLMSettings, LLMSetupError
+
+    given = [f for f in ("llm_model", "llm_base_url", "llm_max_tokens_total", "llm_max_cost") if getattr(args, f)]
+    given += [f for f in ("llm_price_in", "llm_price_out") if getattr(args, f)]
+    given += ["llm_provider"] if args.llm_provider != "openai" else []
+    if args.proposer != "llm" or args.resume:
+        if given and not args.resume:
+            raise UsageError(f"--{given[0].replace('_', '-')} goes with --proposer llm")
+        return None
+    settings = LLMSettings(model=args.llm_model or "", provider=args.llm_provider, base_url=args.llm_base_url,
+                           price_in_per_mtok=args.llm_price_in, price_out_per_mtok=args.llm_price_out,
+                           max_tokens_total=args.llm_max_tokens_total, max_cost_usd=args.llm_max_cost)
+    try:
+        settings.check()
+    except LLMSetupError as exc:
+        raise UsageError(str(exc)) from None
+    return settings
 
 
 def cmd_runs(args) -> int:
@@ -276,6 +353,8 @@ def cmd_tasks(args) -> int:
 def cmd_hw(args) -> int:
     from ratchet.hardware.sheets import SHEETS, find_sheet
 
+    if getattr(args, "audit", False):
+        return _cmd_hw_audit(args)
     if args.device_name:
         sheet = find_sheet(args.device_name)
         if sheet is None:
@@ -320,6 +399,70 @@ def cmd_hw(args) -> int:
         print(f"- {note}")
     print(out["note"])
     return 0
+
+
+def _cmd_hw_audit(args) -> int:
+    from ratchet.hardware.audit import report
+
+    if args.device_name:
+        raise UsageError("--audit reads this machine; it does not take --device-name")
+    out = report()
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    readings = out["readings"]
+    rows: list[tuple[str, str]] = []
+    for gpu in readings["gpus"]:
+        label = f"GPU {gpu['index']}"
+        for key, value in gpu.items():
+            if key not in ("index", "notes") and value is not None:
+                rows.append((f"{label} {key}", _audit_cell(value)))
+    for key, value in readings["host"].items():
+        if key != "notes" and value is not None:
+            rows.append((key, _audit_cell(value)))
+    notes = [*readings["notes"], *readings["host"]["notes"],
+             *(f"GPU {g['index']} {n}" for g in readings["gpus"] for n in g.get("notes", []))]
+    try:
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        console = Console()
+        table = Table(title=f"ratchet hw --audit: readings at {readings['taken_at']}")
+        table.add_column("reading")
+        table.add_column("value", overflow="fold")
+        for row in rows:
+            table.add_row(*map(Text, row))
+        console.print(table)
+        if out["findings"]:
+            ft = Table(title="what an owner could change (Ratchet changes nothing)", show_lines=True)
+            for col, ratio in (("finding", 3), ("tends to buy", 4), ("who and how", 3)):
+                ft.add_column(col, ratio=ratio, overflow="fold")
+            for f in out["findings"]:
+                who = "the host's owner" if f["only_bare_metal"] else "you"
+                ft.add_row(Text(f"{f['what']}\nnow: {f['now']}\ncould be: {f['could_be']}"), Text(f["tends_to_buy"]),
+                           Text(f"{who}: {f['command_hint']}"))
+            console.print(ft)
+    except ImportError:
+        for row in rows:
+            print(f"{row[0]}: {row[1]}")
+        for f in out["findings"]:
+            print(f"* {f['what']}: {f['now']} -> {f['could_be']}; {f['tends_to_buy']} "
+                  f"[{'the host owner' if f['only_bare_metal'] else 'you'}: {f['command_hint']}]")
+    if not out["findings"]:
+        print("No findings: nothing read here suggests a change.")
+    for note in notes:
+        print(f"- {note}")
+    print(out["note"])
+    return 0
+
+
+def _audit_cell(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_audit_cell(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value)) if value else "none"
+    return str(value)
 
 
 def _hw_cell(value) -> str:

@@ -16,8 +16,8 @@ from typing import Callable
 
 from ratchet.candidate import Candidate, load_candidate
 from ratchet.judge import JudgeOptions, evaluate
-from ratchet.keep import decide
 from ratchet.ledger import Ledger
+from ratchet.record import record_and_keep
 from ratchet.search.base import Outcome, Proposal, Proposer
 from ratchet.task import Task
 
@@ -94,8 +94,8 @@ class Loop:
                     while stop is None and len(inflight) < pipeline:
                         proposal = self._next_proposal()
                         if proposal is None:
-                            if not inflight:
-                                stop = "search space exhausted"
+                            if not inflight:  # a proposer may say why it ended (e.g. its LLM budget)
+                                stop = getattr(self.proposer, "stop_reason", None) or "search space exhausted"
                             break
                         # The GPU with the fewest evaluations in flight.
                         options = min(self.judge_options, key=lambda o: sum(e[2] is o for e in inflight))
@@ -128,20 +128,18 @@ class Loop:
         return None
 
     def _judge(self, proposal: Proposal, options: JudgeOptions):
+        preset = getattr(proposal, "preset_verdict", None)  # nothing to judge (an LLM answer without code)
+        if preset is not None:
+            return dict(preset)
         verdict = evaluate(self.task, proposal.candidate, proposal.config, options)
         return verdict.to_json(with_times=True)
 
     def _commit(self, proposal: Proposal, verdict: dict):
-        best = self.ledger.best(self.run_id)
-        attempt_id = self.ledger.record_attempt(
-            self.run_id, proposal.candidate.path, proposal.candidate.source, proposal.config, verdict,
-            proposal.proposer or self.proposer.name, parent_attempt=proposal.parent_attempt, idea=proposal.idea)
-        best_verdict = None
-        if best is not None:
-            best_verdict = {"verdict": best["verdict"], "shapes": best["shapes"]}
-        decision = decide(verdict, best_verdict, proposal.candidate.source, best["source"] if best else "")
-        if decision.keep:
-            self.ledger.set_best(self.run_id, attempt_id)
+        attempt_id, decision = record_and_keep(
+            self.ledger, self.run_id, proposal.candidate, proposal.config, verdict,
+            proposal.proposer or self.proposer.name, parent_attempt=proposal.parent_attempt, idea=proposal.idea,
+            # What a model charged for the proposal and the idea behind it (LLMProposal; None otherwise).
+            **{k: getattr(proposal, k, None) for k in ("idea_id", "tokens_in", "tokens_out", "cost_usd")})
         if verdict["verdict"] != "pass":
             self.failures.update(r["code"] for r in verdict["reasons"][:1])
         self.proposer.tell(proposal, Outcome(verdict["verdict"], verdict.get("speedup"),

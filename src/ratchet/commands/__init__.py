@@ -8,6 +8,9 @@ import importlib
 
 MODULES = (
     "ratchet.commands.idea",
+    "ratchet.commands.context",
+    "ratchet.commands.program",
+    "ratchet.commands.mcp_server",
 )
 
 

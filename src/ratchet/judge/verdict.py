@@ -49,6 +49,7 @@ ERROR_CODES = {
     "reference_error": "the reference failed; the task is broken",
     "device_unavailable": "the requested device is not present",
     "bad_input": "the task, candidate file or flags are unusable (usage error)",
+    "no_code": "a model's answer held no usable candidate file (no code defining kernel, or the call failed)",
 }
 
 
