@@ -288,11 +288,7 @@ The reference (`{task.source_path}`):
 
 
 def _seed_paths(task: Task, device: str) -> list[str]:
-    # The same choice as the loop's (ratchet.loop.load_seeds): CPU seeds on the CPU, the others on a GPU.
-    paths = task.seeds()
-    if device == "cpu":
-        return [str(p) for p in paths if not p.name.startswith(("triton", "cuda"))]
-    return [str(p) for p in paths if not p.name.startswith("cpu")]
+    return [str(p) for p in task.seeds_for(device)]
 
 
 def _signature(task: Task) -> str:

@@ -530,15 +530,9 @@ def _seeds(f: _Facts, max_lines: int | None) -> str:
 
 
 def _seeds_for(task: Task, device: str) -> tuple[list[Path], list[Path]]:
-    """The seeds a run on ``device`` starts from, and the rest; the same rule as ``loop.load_seeds``:
-    on the CPU, no ``triton``/``cuda`` seeds; on a GPU, no ``cpu`` seeds (unless nothing else is left)."""
-    paths = task.seeds()
-    if device == "cpu":
-        fit = [p for p in paths if not p.name.startswith(("triton", "cuda"))]
-    else:
-        fit = [p for p in paths if not p.name.startswith("cpu")]
-    fit = fit or paths
-    return fit, [p for p in paths if p not in fit]
+    """The seeds a run on ``device`` starts from (``Task.seeds_for``), and the rest."""
+    fit = task.seeds_for(device)
+    return fit, [p for p in task.seeds() if p not in fit]
 
 
 # -- 5. history -----------------------------------------------------------------------------------------

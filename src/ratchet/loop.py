@@ -176,9 +176,4 @@ def load_seeds(task: Task, seeds: list[str] | None, device: str) -> list[Candida
     """
     if seeds:
         return [load_candidate(s) for s in seeds]
-    paths = task.seeds()
-    if device == "cpu":
-        chosen = [p for p in paths if not p.name.startswith(("triton", "cuda"))]
-    else:
-        chosen = [p for p in paths if not p.name.startswith("cpu")] or paths
-    return [load_candidate(p) for p in (chosen or paths)]
+    return [load_candidate(p) for p in task.seeds_for(device)]

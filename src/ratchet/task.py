@@ -157,6 +157,15 @@ class Task:
             return []
         return sorted(p for p in Path(self.seeds_dir).glob("*.py") if not p.name.startswith("_"))
 
+    def seeds_for(self, device: str) -> list[Path]:
+        """The seeds a run on ``device`` starts from, by file name: on the CPU no ``triton``/``cuda``
+        seeds (the interpreter is for correctness, not speed), on a GPU no ``cpu`` seeds; all of them
+        when that would leave none."""
+        paths = self.seeds()
+        gpu_only, cpu_only = ("triton", "cuda"), ("cpu",)
+        fit = [p for p in paths if not p.name.startswith(gpu_only if device == "cpu" else cpu_only)]
+        return fit or paths
+
 
 # Hidden sizes of the models the built-in tasks serve, from their public configs.
 LLM_HIDDEN_SIZES = (4096, 7168, 8192)  # Llama-3-8B, DeepSeek-V3, Llama-3-70B
