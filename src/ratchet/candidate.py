@@ -90,7 +90,7 @@ def load_candidate(path: str | Path) -> Candidate:
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as exc:
         raise CandidateError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
-    names = _top_level_names(tree)
+    names = top_level_names(tree)
     if "kernel" in names:
         kind = "ratchet"
     elif "ModelNew" in names:
@@ -102,7 +102,7 @@ def load_candidate(path: str | Path) -> Candidate:
     return Candidate(path=str(path.resolve()), source=source, space=space, kind=kind, constraints=constraints)
 
 
-def _top_level_names(tree: ast.Module) -> set[str]:
+def top_level_names(tree: ast.Module) -> set[str]:
     names = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

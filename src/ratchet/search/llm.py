@@ -35,7 +35,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from ratchet.candidate import Candidate, CandidateError, load_candidate
+from ratchet.candidate import Candidate, CandidateError, load_candidate, top_level_names
 from ratchet.ledger import Ledger, config_key
 from ratchet.search.base import Outcome, Proposal
 from ratchet.search.llm_client import Answer, LLMSettings, ModelCallError
@@ -93,15 +93,7 @@ def _defines_kernel(code: str) -> bool:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
         return False
-    names = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-        elif isinstance(node, ast.ImportFrom):
-            names.update(a.asname or a.name for a in node.names)
-    return bool(names & {"kernel", "ModelNew"})
+    return bool(top_level_names(tree) & {"kernel", "ModelNew"})  # the rule load_candidate applies
 
 
 def _biggest(codes: list[str]) -> str:
