@@ -87,7 +87,7 @@ def test_brief_holds_what_an_agent_needs(tmp_path, rmsnorm):
     assert "H in [4096, 5120, 7168, 8192, 2880, 3003]" in task
     # The best: source, speedup, config, per-shape figures with their class (10 µs against a 0.03 µs floor).
     assert BEST_SOURCE.strip() in best and "**2.250x**" in best and '`{"ROWS":2}`' in best
-    assert "| T=7 H=4096 | bf16 | eager | 10.0 | 15.0 | 2.250x | 0.0256 | 0.26% |" in best and "latency-bound" in best
+    assert "| T=7 H=4096 | bf16 | eager | 10.0 | 15.0 | 2.250x | 0.0256 | 0.26% |" in best and "overhead-bound" in best
     assert 'SPACE = {"ROWS": [2, 1, 4]}' in best and "Best over time: #1 1.50x → #4 2.25x" in best
     # History: why things failed, dead ends, the idea tried.
     assert "input_mutated: x changed at row 3 after the call" in history

@@ -37,18 +37,14 @@ import torch
 
 from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES
 
+from ratchet.bottleneck import OVERHEAD_FACTOR, OVERHEAD_TINY_US, classify
+
 if TYPE_CHECKING:
     from ratchet.ledger import Ledger
     from ratchet.task import Task
 
 DEFAULT_MAX_CHARS = 24000
 
-# The bottleneck rule (stated in the brief too). AI = FLOPs / bytes against the ridge point (matmul
-# rate / copy bandwidth): below it memory-bound, at or above it compute-bound. A measured time more than
-# LATENCY_FACTOR times its floor, where the floor is under LATENCY_TINY_US, is latency-bound: launches,
-# reductions and synchronisation cost more than moving the bytes, so bandwidth tricks will not help.
-LATENCY_TINY_US = 5.0
-LATENCY_FACTOR = 3.0
 ROOFLINE_SLACK = 0.15  # the judge refuses times more than this fraction under the floor (beyond_roofline)
 
 
@@ -315,27 +311,18 @@ def _goal(f: _Facts, full: bool) -> str:
         at = f" = {ridge:.3g} FLOP/B" if ridge else ", unknown here; AI under 1 is memory-bound anywhere"
         lines += ["", f"Class rule: arithmetic intensity AI = FLOPs / bytes against the ridge point (matmul rate / "
                   f"copy bandwidth{at}): below it memory-bound, at or above it compute-bound. A measured time over "
-                  f"{LATENCY_FACTOR:g}x its floor where the floor is under {LATENCY_TINY_US:g} µs is latency-bound "
+                  f"{OVERHEAD_FACTOR:g}x its floor where the floor is under {OVERHEAD_TINY_US:g} µs is overhead-bound "
                   "(launch, reduction and synchronisation cost, not bytes, dominate)."]
     return "\n".join(lines)
 
 
 def _bottleneck(cost, roof: Roof, median_us: float | None = None, floor_us: float | None = None,
                 flops_known: bool = True) -> str:
+    """``ratchet.bottleneck``'s rule on the task's cost model and this brief's ceilings."""
     if floor_us is None and cost is not None:
         floor_us = roof.floor_us(cost.bytes, cost.flops)
-    if median_us and floor_us and floor_us < LATENCY_TINY_US and median_us > LATENCY_FACTOR * floor_us:
-        return "latency-bound"
-    if cost is None or not flops_known:
-        return "?"
-    if not cost.flops:
-        return "memory-bound"
-    ridge = roof.ridge
-    if ridge is None and cost.bytes and cost.flops / cost.bytes < 1.0:
-        return "memory-bound"  # every CPU and GPU's ridge point is above 1 FLOP/B
-    if ridge is None or not cost.bytes:
-        return "?"
-    return "compute-bound" if cost.flops / cost.bytes >= ridge else "memory-bound"
+    return classify(cost.flops if cost is not None and flops_known else None,
+                    cost.bytes if cost is not None else None, roof.ridge, median_us, floor_us)
 
 
 # -- 2. hardware ----------------------------------------------------------------------------------------

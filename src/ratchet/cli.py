@@ -303,7 +303,7 @@ def cmd_runs(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from ratchet.report.console import print_run
+    from ratchet.report.console import best_bottlenecks, print_run
 
     with open_ledger(args.ledger, create=False) as ledger:
         run = ledger.get_run(args.run)
@@ -312,7 +312,9 @@ def cmd_show(args) -> int:
         ideas = ledger.ideas(run["task"])
     if args.json:
         slim = [{k: v for k, v in a.items() if k not in ("source", "shapes")} for a in attempts]
-        print(json.dumps({"run": run, "attempts": slim, "best_history": history, "ideas": ideas}))
+        best = next((a for a in attempts if history and a["id"] == history[-1]["attempt_id"]), None)
+        print(json.dumps({"run": run, "attempts": slim, "best_history": history, "ideas": ideas,
+                          "best_bottlenecks": best_bottlenecks(best) if best else []}))
     else:
         print_run(run, attempts, history, ideas)
     return 0

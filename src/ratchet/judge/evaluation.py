@@ -278,6 +278,7 @@ class Evaluation:
 
         ceilings = self.opts.ceilings or get_ceilings(self.device)
         verdict.device_name = ceilings.device_name
+        verdict.ceilings = {"copy_tbps": ceilings.copy_tbps, "matmul_tflops": ceilings.matmul_tflops}
         if self.device == "cpu":
             verdict.notes.append("CPU times (one thread per worker) say nothing about GPU speed")
         for row in rows:

@@ -104,6 +104,7 @@ class Verdict:
     device_name: str = ""
     judge_wall_s: float = 0.0
     phases_s: dict[str, float] = field(default_factory=dict)  # start, correctness, timing
+    ceilings: dict[str, float] = field(default_factory=dict)  # the roofline's: copy_tbps, matmul_tflops
     notes: list[str] = field(default_factory=list)
 
     def to_json(self, with_times: bool = False) -> dict[str, Any]:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ratchet.bottleneck import RULE, classify_row
 from ratchet.judge.verdict import Verdict
 
 _COLOR = {"pass": "green", "fail": "red", "error": "yellow"}
@@ -25,13 +28,14 @@ def print_verdict(verdict: Verdict, console: Console | None = None):
     timed = [s for s in verdict.shapes if s.median_us is not None]
     if timed:
         table = Table(title=f"{verdict.device_name or verdict.device}, config {verdict.config or '{}'}")
-        for col in ("shape", "dtype", "mode", "median us", "IQR us", "ref us", "speedup", "TB/s", "roofline"):
-            table.add_column(col, justify="right" if col not in ("shape", "dtype", "mode") else "left")
+        for col in ("shape", "dtype", "mode", "median us", "IQR us", "ref us", "speedup", "TB/s", "roofline", "class"):
+            table.add_column(col, justify="right" if col not in ("shape", "dtype", "mode", "class") else "left")
         for s in timed:
             table.add_row(" ".join(f"{k}={v}" for k, v in s.shape.items()), s.dtype, s.mode,
                           _fmt(s.median_us, ".2f"), _fmt(s.iqr_us, ".2f"), _fmt(s.ref_median_us, ".2f"),
                           _fmt(s.speedup, ".3f"), _fmt(s.achieved_tbps, ".3f"),
-                          _fmt(s.roofline_fraction and 100 * s.roofline_fraction, ".1f") + "%")
+                          _fmt(s.roofline_fraction and 100 * s.roofline_fraction, ".1f") + "%",
+                          classify_row(asdict(s), verdict.ceilings))
         console.print(table)
     held = [s for s in verdict.shapes if s.held_out]
     if held:
@@ -58,6 +62,17 @@ def print_run(run: dict, attempts: list[dict], history: list[dict], ideas: list[
     if history:
         steps = " -> ".join(f"#{next((a['seq'] for a in attempts if a['id'] == h['attempt_id']), '?')}" for h in history)
         console.print(f"best history: {steps}")
+    best = next((a for a in attempts if history and a["id"] == history[-1]["attempt_id"]), None)
+    rows = best_bottlenecks(best) if best else []
+    if rows:
+        table = Table(title=f"best (#{best['seq']}) per shape: what limits it ({RULE})")
+        for col in ("shape", "dtype", "mode", "median us", "floor us", "roofline", "class"):
+            table.add_column(col, justify="left" if col in ("shape", "dtype", "mode", "class") else "right")
+        for r in rows:
+            table.add_row(" ".join(f"{k}={v}" for k, v in r["shape"].items()), r["dtype"], r["mode"] or "-",
+                          _fmt(r["median_us"], ".2f"), _fmt(r["floor_us"], ".2f"),
+                          _fmt(r["roofline_fraction"] and 100 * r["roofline_fraction"], ".1f") + "%", r["class"])
+        console.print(table)
     if ideas:
         console.print(f"ideas for {run['task']}:")
         for i in ideas:
@@ -65,3 +80,12 @@ def print_run(run: dict, attempts: list[dict], history: list[dict], ideas: list[
                        + (f", best {i['best_speedup']:.3f}x" if i["best_speedup"] else ""))
             line = f"  {i['id']}. ({i['status']}) {i['text']} ({i['author']}): {outcome}"
             console.print(escape(line), soft_wrap=True)  # people's text is not Rich markup
+
+
+def best_bottlenecks(attempt: dict) -> list[dict]:
+    """The timed rows of an attempt, each with its bottleneck class (``ratchet.bottleneck``)."""
+    ceilings = (attempt.get("extra") or {}).get("ceilings")
+    return [{"shape": r["shape"], "dtype": r["dtype"], "mode": r.get("mode"), "median_us": r.get("median_us"),
+             "floor_us": r.get("floor_us"), "roofline_fraction": r.get("roofline_fraction"),
+             "class": classify_row(r, ceilings)}
+            for r in attempt.get("shapes") or [] if r.get("median_us")]
