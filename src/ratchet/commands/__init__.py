@@ -11,6 +11,8 @@ MODULES = (
     "ratchet.commands.context",
     "ratchet.commands.program",
     "ratchet.commands.mcp_server",
+    "ratchet.commands.gate",
+    "ratchet.commands.stack",
 )
 
 
