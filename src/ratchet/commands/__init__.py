@@ -13,6 +13,7 @@ MODULES = (
     "ratchet.commands.mcp_server",
     "ratchet.commands.gate",
     "ratchet.commands.stack",
+    "ratchet.commands.profile",
 )
 
 
