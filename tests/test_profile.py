@@ -79,6 +79,7 @@ def test_registry_ranges_claim_the_ops_inside_them(profiles):
 def test_shares_add_up_and_the_rest_is_reported(profiles, name):
     for phase in profiles[name].phases:
         assert phase.step_us > 0 and phase.unprofiled_step_us > 0
+        assert phase.basis == "cpu_wall_profiled"
         total = sum(op.share for op in phase.ops)
         assert 0 < total <= 1 + 1e-9
         assert phase.other_us >= 0
@@ -212,8 +213,12 @@ def test_cli_table_and_extract(tmp_path, capsys):
     out, _ = capsys.readouterr()
     assert rc == 0
     assert "Tasks worth a run" in out and "decode_attention" in out and "aten::linear" in out
-    assert "wrote" in out and (tmp_path / "llama_linear" / "task.py").exists()
-    assert load_task(str(tmp_path / "llama_linear" / "task.py")).name == "llama_linear"
+    task_file, seed = tmp_path / "llama_linear" / "task.py", tmp_path / "llama_linear" / "seeds" / "torch_reference.py"
+    assert "wrote" in out and task_file.exists() and seed.exists()
+    # `ratchet eval` takes the written file as it is (correctness only here, to stay fast).
+    rc = main(["eval", str(task_file), str(seed), "--device", "cpu", "--no-timing", "--json"])
+    verdict = json.loads(capsys.readouterr().out)
+    assert rc == 0 and verdict["verdict"] == "pass", verdict["reasons"]
 
 
 @pytest.mark.parametrize("argv", [

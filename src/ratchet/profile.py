@@ -15,19 +15,23 @@ up by at most ``1 / (1 - share)``; made 2x faster, by ``1 / (1 - share / 2)``. T
 are the built-in tasks ranked by share (decode weighs 1, prefill 0.5, as ``ratchet.task.decode_weight``
 weighs shapes), each with the shapes the workload really runs and whether the task judges them.
 
-``extract_tasks(profile, model, out_dir)`` writes a task file for each op family with no built-in task
-that it knows how to rebuild (GEMMs run as ``F.linear``, batched GEMMs, causal prefill attention): the
-reference calls the same torch op the model's module calls, the public shapes and dtypes are the ones
-profiled, the weights their share of the step, plus a scaled-down CPU set and a seed that runs the
-reference, so ``ratchet eval`` and ``ratchet run`` take the file as it is.
+``extract_tasks(profile, out_dir)`` writes a task file for each op family with no built-in task that it
+knows how to rebuild (GEMMs run as ``F.linear``, ``torch.bmm``, the MoE experts' grouped GEMM, causal
+prefill attention): the reference calls the same torch op the model's module calls, the public shapes
+and dtypes are the ones profiled, the weights their share of the steps, plus a cost model, a
+scaled-down CPU set and a seed that runs the reference, so ``ratchet eval`` and ``ratchet run`` take the
+file as it is.
 
-Times: on the CPU, inclusive wall time of each op under the profiler (which adds its own overhead to
-every op: the unprofiled step time is reported beside it); on CUDA, device (kernel) time, so the
-shares are those of the GPU's work.
+Times: on CUDA, device (kernel) time, so the shares are those of the GPU's work, over the CUDA-graph
+step where it was timed. On the CPU, wall time under the profiler, which costs ~0.3-1 us per event it
+records: an op made of many small ones (torch's CPU grouped GEMM runs one matmul per expert) looks
+bigger than it is. Subtracting a per-event cost was tried and dropped: the cost differs between events
+by 3x or more, so the correction wiped out such ops instead. The unprofiled step time is reported beside.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import textwrap
@@ -123,10 +127,10 @@ class OpTime:
 class Phase:
     name: str  # "decode" or "prefill"
     setting: dict  # batch, context / tokens
-    steps: int  # steps profiled (times are per step)
+    steps: int  # steps profiled; times are per step, the least over them
     step_us: float  # the denominator of every share
     basis: str  # what step_us is: cpu_wall_profiled, device_kernels or cuda_graph
-    unprofiled_step_us: float | None  # the same step without the profiler (eager)
+    unprofiled_step_us: float | None  # the same step without the profiler (eager; the fastest run)
     graph_step_us: float | None  # the decode step replayed as a CUDA graph (CUDA only)
     ops: tuple[OpTime, ...]  # by time, largest first
     other_us: float  # step time no op covers
@@ -162,7 +166,10 @@ class Profile:
     worth_a_run: tuple[Ranked, ...]  # built-in tasks by score
     no_task: tuple[Ranked, ...]  # ops with no task, from NOTABLE_SHARE of a phase on, by score
     notes: tuple[str, ...] = ()
-    raw: dict = field(default_factory=dict, repr=False, compare=False)  # per phase: bucket -> events (extract)
+    # Per phase: bucket -> (time per step, concrete inputs of its first call), for extraction.
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+    # The model's weight shapes and dtypes: an op's dtype where the profiler records none (older torch).
+    param_dtypes: dict = field(default_factory=dict, repr=False, compare=False)
 
     def phase(self, name: str) -> Phase | None:
         return next((p for p in self.phases if p.name == name), None)
@@ -170,6 +177,7 @@ class Profile:
     def to_json(self) -> dict:
         out = asdict(self)
         out.pop("raw")
+        out.pop("param_dtypes")
         return _finite(out)
 
 
@@ -236,19 +244,21 @@ def profile_workload(name: str, size: str = "tiny", device: str = "cpu", batch: 
         model = build(name, size, device=device, seed=seed, registry=registry or OpRegistry())
     notes = []
     if device == "cpu":
-        notes.append("CPU times under the profiler include its per-op overhead, and say nothing about a GPU")
+        notes.append("CPU wall times under the profiler (ops made of many small ones, like the CPU grouped GEMM, "
+                     "look bigger than they are); they say nothing about a GPU")
     phases, raw = [], {}
     with _Annotated(model.ops) as annotated:
         say(f"profiling {steps} decode step(s): batch {batch}, context {context}")
         phase, raw["decode"] = _profile_decode(model, annotated, batch, context, steps, seed)
         phases.append(phase)
         if prefill_len:
-            say(f"profiling a prefill of {prefill_len} tokens")
-            phase, raw["prefill"] = _profile_prefill(model, annotated, prefill_len, seed)
+            say(f"profiling {steps} prefill(s) of {prefill_len} tokens")
+            phase, raw["prefill"] = _profile_prefill(model, annotated, prefill_len, steps, seed)
             phases.append(phase)
     worth, no_task = rank(phases, device)
     return Profile(workload=name, size=size, device=device, dtype=dtype_name(model.config.dtype),
-                   phases=tuple(phases), worth_a_run=worth, no_task=no_task, notes=tuple(notes), raw=raw)
+                   phases=tuple(phases), worth_a_run=worth, no_task=no_task, notes=tuple(notes), raw=raw,
+                   param_dtypes={tuple(p.shape): p.dtype for p in model.parameters()})
 
 
 class _Annotated:
@@ -338,8 +348,7 @@ def _profile_decode(model, annotated: _Annotated, batch: int, context: int, step
             notes.append(f"no CUDA graph timing: {exc}")
         rewind()
     setting = {"batch": batch, "context": context, "cache_len": cache.max_len}
-    return _phase("decode", setting, prof, annotated, steps, statistics.median(unprofiled), graph_us,
-                  dev.type, notes)
+    return _phase("decode", setting, prof, annotated, unprofiled, graph_us, dev.type, notes)
 
 
 def _time_replays(graphed, steps: int, dev) -> float:
@@ -355,74 +364,97 @@ def _time_replays(graphed, steps: int, dev) -> float:
     return statistics.median(times)
 
 
-def _profile_prefill(model, annotated: _Annotated, tokens_n: int, seed: int):
+def _profile_prefill(model, annotated: _Annotated, tokens_n: int, steps: int, seed: int):
     from ratchet.workloads.runner import random_tokens
 
     dev = model.device
     prompt = random_tokens(model, 1, tokens_n, seed)
     cache = model.new_cache(1, tokens_n)
     model.prefill(prompt, cache)  # warm-up
-    _sync(dev)
-    t0 = time.perf_counter()
-    model.prefill(prompt, cache)
-    _sync(dev)
-    unprofiled = (time.perf_counter() - t0) * 1e6
+    unprofiled = []
+    for _ in range(steps):
+        _sync(dev)
+        t0 = time.perf_counter()
+        model.prefill(prompt, cache)
+        _sync(dev)
+        unprofiled.append((time.perf_counter() - t0) * 1e6)
     with _profiler(dev.type) as prof:
-        with torch.profiler.record_function(STEP_NAMES["prefill"]):
-            model.prefill(prompt, cache)
-            _sync(dev)
-    return _phase("prefill", {"batch": 1, "tokens": tokens_n}, prof, annotated, 1, unprofiled, None, dev.type, [])
+        for _ in range(steps):
+            with torch.profiler.record_function(STEP_NAMES["prefill"]):
+                model.prefill(prompt, cache)
+                _sync(dev)
+    return _phase("prefill", {"batch": 1, "tokens": tokens_n}, prof, annotated, unprofiled, None, dev.type, [])
 
 
-def _phase(name, setting, prof, annotated, steps, unprofiled_us, graph_us, device_type, notes):
-    """Split the profiled steps' time among ops; returns the Phase and, per bucket, its events."""
+def _phase(name, setting, prof, annotated, unprofiled_us: list, graph_us, device_type, notes):
+    """Split the profiled steps' time among ops. Each op's time per step is the least over the steps (noise
+    only ever adds time), and so is the step's, so the shares still add up to at most 1. Returns the Phase
+    and, per bucket, (time per step, the first call's concrete inputs) for extraction."""
     # The CPU-side ranges only: on CUDA each range also has a GPU-side twin of the same name.
     step_events = [e for e in prof.events() if e.name == STEP_NAMES[name] and e.device_type == DeviceType.CPU]
-    on_gpu = device_type == "cuda"
-
-    def time_of(ev) -> float:
-        return ev.device_time_total if on_gpu else ev.cpu_time_total
-
-    buckets: dict[tuple, list] = defaultdict(list)
+    if not step_events:
+        raise ProfileError(f"the profiler recorded no {name} step")
+    per_step = []
     for step in step_events:
+        buckets: dict[tuple, list] = defaultdict(list)
         _attribute(step, annotated, buckets)
-    n = max(len(step_events), 1)
-    profiled_step = sum(time_of(e) for e in step_events) / n
-    basis = "device_kernels" if on_gpu else "cpu_wall_profiled"
-    step_us = profiled_step
-    if graph_us is not None and graph_us > profiled_step:
-        step_us, basis = graph_us, "cuda_graph"
+        per_step.append(buckets)
+    n = len(step_events)
+    if device_type == "cuda":
+        time_of, basis = _device_time, "device_kernels"
+        step_us = min(e.device_time_total for e in step_events)
+        if graph_us is not None and graph_us > step_us:
+            step_us, basis = graph_us, "cuda_graph"
+    else:
+        time_of, basis = _cpu_time, "cpu_wall_profiled"
+        step_us = min(e.cpu_time_total for e in step_events)
+    first: dict[tuple, list] = {}
+    calls: dict[tuple, float] = defaultdict(float)
+    spent: dict[tuple, list] = defaultdict(list)
+    for buckets in per_step:
+        for key, events in buckets.items():
+            first.setdefault(key, events)
+            calls[key] += len(events) / n
+            spent[key].append(sum(time_of(e) for e in events))
+    times = {key: min(ts) for key, ts in spent.items()}
+    covered = sum(times.values())
+    step_us = max(step_us, covered)
     per_op: dict[str, list] = defaultdict(list)
-    for key, events in buckets.items():
-        per_op[key[1]].append((key, events))
+    for key in first:
+        per_op[key[1]].append(key)
     ops = []
-    covered = 0.0
-    for op, entries in per_op.items():
+    for op, keys in per_op.items():
         shapes = []
-        for key, events in entries:
-            t = sum(time_of(e) for e in events) / n
-            if t <= 0:  # e.g. the synchronize that closes a CUDA step: no device time of its own
+        for key in keys:
+            if times[key] <= 0 and device_type == "cuda":  # no kernel: views, the synchronize closing a step
                 continue
-            covered += t
             shape, dtype = _shape_of(key, annotated)
-            shapes.append(ShapeTime(shape=shape, dtype=dtype, calls=len(events) / n, time_us=t,
-                                    share=_ratio(t, step_us)))
+            shapes.append(ShapeTime(shape=shape, dtype=dtype, calls=calls[key], time_us=times[key],
+                                    share=_ratio(times[key], step_us)))
         if not shapes:
             continue
         shapes.sort(key=lambda s: -s.time_us)
         t = sum(s.time_us for s in shapes)
         share = _ratio(t, step_us)
-        task = op if entries[0][0][0] == "task" else None
+        task = op if keys[0][0] == "task" else None
         ops.append(OpTime(name=op, task=task, family="task" if task else family_of(op),
                           calls=sum(s.calls for s in shapes), time_us=t, share=share,
                           speedup_if_free=amdahl(share), speedup_if_2x=amdahl(share, 2.0), shapes=tuple(shapes),
                           extractor=None if task else extractor_for(op)))
     ops.sort(key=lambda o: -o.time_us)
     other = max(step_us - covered, 0.0)
-    phase = Phase(name=name, setting=setting, steps=n, step_us=step_us, basis=basis, unprofiled_step_us=unprofiled_us,
-                  graph_step_us=graph_us, ops=tuple(ops), other_us=other, other_share=_ratio(other, step_us),
-                  notes=tuple(notes))
-    return phase, dict(buckets)
+    phase = Phase(name=name, setting=setting, steps=n, step_us=step_us, basis=basis,
+                  unprofiled_step_us=min(unprofiled_us), graph_step_us=graph_us, ops=tuple(ops), other_us=other,
+                  other_share=_ratio(other, step_us), notes=tuple(notes))
+    return phase, {key: (times[key], events[0].concrete_inputs) for key, events in first.items()}
+
+
+def _device_time(event) -> float:
+    return event.device_time_total
+
+
+def _cpu_time(event) -> float:
+    return event.cpu_time_total
 
 
 def _ratio(part: float, whole: float) -> float:
@@ -440,9 +472,18 @@ def _attribute(event, annotated: _Annotated, buckets) -> None:
         elif name.startswith("ratchet::"):
             _attribute(child, annotated, buckets)
         else:
-            shapes = tuple(tuple(s) if isinstance(s, (list, tuple)) else () for s in (child.input_shapes or ()))
-            dtypes = tuple(getattr(child, "input_dtypes", None) or ())
+            shapes = tuple(_freeze(s) for s in (child.input_shapes or ()))
+            dtypes = tuple(str(d) for d in (getattr(child, "input_dtypes", None) or ()))
             buckets[("op", name, shapes, dtypes)].append(child)
+
+
+def _freeze(shape):
+    """A profiler input shape as a hashable tuple (tensor lists come as lists of shapes)."""
+    return tuple(_freeze(s) for s in shape) if isinstance(shape, (list, tuple)) else shape
+
+
+def _thaw(shape):
+    return [_thaw(s) for s in shape] if isinstance(shape, tuple) else shape
 
 
 def _shape_of(key: tuple, annotated: _Annotated):
@@ -451,7 +492,7 @@ def _shape_of(key: tuple, annotated: _Annotated):
         return dict(call.shape), dtype_name(call.dtype)
     _, _op, shapes, dtypes = key
     first = next((d for d in dtypes if d in _DTYPES), None)
-    return [list(s) for s in shapes], dtype_name(_DTYPES.get(first)) if first else None
+    return _thaw(shapes), dtype_name(_DTYPES.get(first)) if first else None
 
 
 # -- ranking ---------------------------------------------------------------------------------------------
@@ -470,9 +511,9 @@ def rank(phases: Sequence[Phase], device: str) -> tuple[tuple[Ranked, ...], tupl
         score = sum(weights[ph] * s for ph, s in shares.items()) / total_weight
         shapes = {ph: [_shape_json(s, o.task, device) for s in o.shapes] for ph, o in present.items()}
         entry = Ranked(name=op_name, task=first.task, family=first.family, score=score, shares=shares,
-                          speedup_if_free={ph: o.speedup_if_free for ph, o in present.items()},
-                          speedup_if_2x={ph: o.speedup_if_2x for ph, o in present.items()}, shapes=shapes,
-                          extractor=first.extractor)
+                       speedup_if_free={ph: o.speedup_if_free for ph, o in present.items()},
+                       speedup_if_2x={ph: o.speedup_if_2x for ph, o in present.items()}, shapes=shapes,
+                       extractor=first.extractor)
         if first.task:
             worth.append(entry)
         elif max(shares.values()) >= NOTABLE_SHARE:
@@ -492,9 +533,7 @@ def _shape_json(s: ShapeTime, task: str | None, device: str) -> dict:
 def task_coverage(task_name: str, shape: dict, dtype: str | None, device: str) -> dict:
     """Whether built-in task ``task_name`` judges ``shape`` (public list, or held-out ranges) and ``dtype``
     on ``device``'s shape set."""
-    from ratchet.task import load_task
-
-    task = load_task(task_name)
+    task = _builtin_task(task_name)
     shape_set = task.shape_set(device)
     public = any(dict(p) == shape for p in shape_set.public)
     held = False
@@ -503,6 +542,13 @@ def task_coverage(task_name: str, shape: dict, dtype: str | None, device: str) -
         held = set(dims) == set(shape) and all(_in_spec(shape[k], dims[k]) for k in shape)
     judged = dtype in {dtype_name(d) for d in task.dtypes}
     return {"in_task_public": public, "in_task_held_out": held, "dtype_judged": judged}
+
+
+@functools.lru_cache(maxsize=None)
+def _builtin_task(name: str):
+    from ratchet.task import load_task
+
+    return load_task(name)
 
 
 def _in_spec(value: int, spec) -> bool:
@@ -627,19 +673,21 @@ def _gather(profile: Profile, families) -> dict:
     """(family, dtype) -> {shape tuple: weight}: weight = sum over phases of phase weight x share."""
     gathered: dict[tuple, dict] = defaultdict(lambda: defaultdict(float))
     for phase in profile.phases:
-        for key, events in profile.raw.get(phase.name, {}).items():
+        for key, (time_us, concrete) in profile.raw.get(phase.name, {}).items():
             if key[0] != "op":
                 continue
             family = extractor_for(key[1])
             if family is None or (families and family not in families):
                 continue
             spec = _EXTRACTORS[family]
-            dims = spec["read"]([list(s) for s in key[2]], events[0].concrete_inputs)
-            dtype = _DTYPES.get(next(iter(key[3]), None), _profile_dtype(profile))
+            try:
+                dims = spec["read"](_thaw(key[2]), concrete)
+            except (IndexError, TypeError):  # a call of the op in a form the template does not rebuild
+                dims = None
+            dtype = _op_dtype(profile, key)
             if dims is None or dtype not in (torch.float32, torch.float16, torch.bfloat16):
                 continue
-            t = sum((e.device_time_total if profile.device == "cuda" else e.cpu_time_total) for e in events)
-            share = _ratio(t / phase.steps, phase.step_us)
+            share = _ratio(time_us, phase.step_us)
             if "gpu" in spec:
                 dims = spec["gpu"](dims, torch.empty((), dtype=dtype).element_size())
             shape = tuple(dims[d] for d in spec["dims"])
@@ -647,7 +695,16 @@ def _gather(profile: Profile, families) -> dict:
     return gathered
 
 
-def _profile_dtype(profile: Profile) -> torch.dtype:
+def _op_dtype(profile: Profile, key: tuple) -> torch.dtype:
+    """The dtype the profiler recorded for the op's first input; else that of the model weight its second
+    input is (as stored, or transposed); else the model's."""
+    recorded = next(iter(key[3]), None)
+    if recorded in _DTYPES:
+        return _DTYPES[recorded]
+    second = list(key[2][1]) if len(key[2]) > 1 else []
+    for shape in (second, second[:-2] + second[-2:][::-1]):
+        if tuple(shape) in profile.param_dtypes:
+            return profile.param_dtypes[tuple(shape)]
     return getattr(torch, profile.dtype)
 
 

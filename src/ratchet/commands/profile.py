@@ -33,7 +33,8 @@ def register(sub, parser_class) -> None:
                    "full, 32 tiny)")
     p.add_argument("--prefill", type=int, metavar="N", help="tokens of the one prefill prompt; 0 skips prefill "
                    "(default: 2048 full, 32 tiny)")
-    p.add_argument("--steps", type=int, metavar="N", help="decode steps profiled, averaged (default: 5 full, 3 tiny)")
+    p.add_argument("--steps", type=int, metavar="N", help="decode steps, and prefills, profiled; each op's time "
+                   "is the least over them (default: 5 full, 3 tiny)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--extract", metavar="DIR", help="write DIR/<workload>_<op>/task.py (and seeds/) for the ops "
                    "with no built-in task that can be rebuilt")
@@ -43,20 +44,15 @@ def register(sub, parser_class) -> None:
 
 def cmd_profile(args) -> int:
     from ratchet.cli import UsageError, resolve_device
-    from ratchet.profile import ProfileError, check_settings, extract_tasks, profile_workload
+    from ratchet.profile import DEFAULTS, ProfileError, extract_tasks, profile_workload
 
     if args.force and not args.extract:
         raise UsageError("--force goes with --extract DIR")
     device = resolve_device(args.device)
     size = args.size or ("full" if device == "cuda" else "tiny")
-    from ratchet.profile import DEFAULTS
-
-    d = DEFAULTS[size]
-    settings = {k: d[k] if getattr(args, k) is None else getattr(args, k) for k in ("batch", "context", "prefill",
-                                                                                   "steps")}
-    try:
-        check_settings(args.workload, size, device, settings["batch"], settings["context"], settings["prefill"],
-                       settings["steps"])
+    settings = {k: DEFAULTS[size][k] if getattr(args, k) is None else getattr(args, k)
+                for k in ("batch", "context", "prefill", "steps")}
+    try:  # the settings are checked before anything is built
         prof = profile_workload(args.workload, size, device, settings["batch"], settings["context"],
                                 settings["prefill"], settings["steps"],
                                 progress=lambda msg: print(f"ratchet profile: {msg}", file=sys.stderr, flush=True))
