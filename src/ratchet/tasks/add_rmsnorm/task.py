@@ -6,9 +6,7 @@ squares and the scaling in fp32 from the rounded sum, and out rounded once to x'
 
 import torch
 
-from ratchet.task import (
-    Cost, DEFAULT_TOLERANCES, LLM_HIDDEN_SIZES, ShapeRange, ShapeSet, Task, decode_weight, tensor_bytes,
-)
+from ratchet.task import Cost, DEFAULT_TOLERANCES, Task, decode_weight, load_task, tensor_bytes
 
 
 def reference(x, residual, weight, eps):
@@ -46,28 +44,16 @@ def cost(shape, dtype):
 
 
 
+_RMSNORM = load_task("rmsnorm")
+
 TASK = Task(
     name="add_rmsnorm",
     reference=reference,
     make_inputs=make_inputs,
-    gpu=ShapeSet(
-        # Largest public shape: 16384 x 8192 bf16 moves 4 x 256 MiB = 1 GiB per call.
-        public=[{"T": t, "H": h} for h in LLM_HIDDEN_SIZES for t in (1, 64, 256, 4096)]
-        + [{"T": 16384, "H": 4096}, {"T": 16384, "H": 8192}],
-        # Any token count up to the longest prefill chunk; 2880 (gpt-oss) and 3003 are not powers of
-        # two, and 3003 is odd, so a kernel that assumes H % 8 == 0 or a power-of-two H fails.
-        held_out=ShapeRange(dims={"T": (1, 20000), "H": [4096, 5120, 7168, 8192, 2880, 3003]}, count=2),
-    ),
-    cpu=ShapeSet(
-        public=[
-            {"T": 1, "H": 1000},
-            {"T": 7, "H": 256},
-            {"T": 64, "H": 64},
-            {"T": 7, "H": 1000},
-            {"T": 64, "H": 1000},
-        ],
-        held_out=ShapeRange(dims={"T": (1, 100), "H": (17, 700)}, count=2),
-    ),
+    # rmsnorm's shapes (real hidden sizes, decode and prefill T, odd held-out H). Largest public shape:
+    # 16384 x 8192 bf16 moves 4 x 256 MiB = 1 GiB per call here.
+    gpu=_RMSNORM.gpu,
+    cpu=_RMSNORM.cpu,
     dtypes=(torch.bfloat16, torch.float16, torch.float32),
     cost=cost,
     weight=lambda shape: decode_weight(shape["T"]),
