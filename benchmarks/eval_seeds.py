@@ -79,7 +79,7 @@ def table_rows(task: str, seed: str, runs: list[dict]) -> list[str]:
         diff = f"{100 * (other - row['median_us']) / row['median_us']:+.1f}" if other else "-"
         shape = " ".join(f"{k}={v}" for k, v in row["shape"].items())
         rows.append(f"| {task} | {seed} | {shape} | {row['dtype']} | {row['mode']} | {row['median_us']:.2f} | "
-                    f"{other or float('nan'):.2f} | {diff} | {row['ref_median_us']:.2f} | {row['speedup']:.2f} | "
+                    f"{f'{other:.2f}' if other else '-'} | {diff} | {row['ref_median_us']:.2f} | {row['speedup']:.2f} | "
                     f"{row['achieved_tbps'] or 0:.2f} | {100 * (row['roofline_fraction'] or 0):.0f} |")
     return rows
 
