@@ -46,6 +46,12 @@ for stage in $STAGES; do
              --out "$OUT" > "$OUT/search.log" 2>&1 ;;
     loop) timeout "${LOOP_S:-240}" python benchmarks/loop_throughput.py --task "$DECODE" --budget "${LOOP_BUDGET:-8}" \
              --out "$OUT" > "$OUT/loop.log" 2>&1 ;;
+    # Runs for the suite's best column, into $OUT/ledger.sqlite (RUN_LEDGER: a ledger carried in from an
+    # earlier session, copied there first so the runs accumulate; pass it on with the suite's --ledger).
+    runs) [ -n "${RUN_LEDGER:-}" ] && cp "$RUN_LEDGER" "$OUT/ledger.sqlite"
+          timeout "${RUNS_S:-540}" python benchmarks/suite_runs.py --tasks ${RUN_TASKS:-rmsnorm add_rmsnorm silu_mul} \
+             --shapes 4 --time-per-task "${RUN_TIME:-90}" --ledger "$OUT/ledger.sqlite" --out "$OUT/runs" \
+             > "$OUT/runs.log" 2>&1 ;;
     guard) timeout "${GUARD_S:-150}" python benchmarks/guard_cost.py --task rmsnorm --repeats 2 --shapes 4 \
              --seed-file "$ROWWISE" --out "$OUT" > "$OUT/guard.log" 2>&1 ;;
     suite) timeout "${SUITE_S:-540}" python benchmarks/suite.py ${SUITE_ARGS:-} --out "$OUT/suite" \
@@ -56,7 +62,7 @@ for stage in $STAGES; do
 done
 grep -h -E "^(PASSED|FAILED|ERROR|SKIPPED) |Timeout" "$OUT/pytest_gpu.log" 2>/dev/null | sort | uniq -c | sort -rn | head -5
 for f in smoke.log pytest_gpu.log eval_rmsnorm.err eval_seeds.md search_efficiency.md loop_throughput.txt guard_cost.md \
-         judge_phase_costs.md all/eval_seeds.md suite/suite.md; do
+         judge_phase_costs.md all/eval_seeds.md runs/runs.md suite/suite.md; do
   [ -f "$OUT/$f" ] && { echo "== $f"; tail -20 "$OUT/$f"; }
 done
 [ -s "$OUT/eval_rmsnorm.json" ] && python - "$OUT/eval_rmsnorm.json" <<'EOF'
