@@ -1,5 +1,6 @@
-"""The loop's pipelining, offline: several evaluations in flight (one per GPU plus one compiling
-ahead) commit in proposal order, so the ledger and the keep decisions equal a serial run's."""
+"""The loop's pipelining, offline: several evaluations in flight (per GPU, one being timed and
+loop.LOOKAHEAD starting, compiling and checking) commit in proposal order, so the ledger and the keep
+decisions equal a serial run's."""
 
 import random
 import time

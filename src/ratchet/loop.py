@@ -22,6 +22,12 @@ from ratchet.search.base import Outcome, Proposal, Proposer
 from ratchet.task import Task
 
 
+# Evaluations in flight per GPU beyond the one being timed. On the H200 an attempt at a microsecond
+# kernel spent ~15 of its ~18 s starting, compiling and checking, and the GPU was busy 12% of a run
+# with one ahead (2026-11-30, benchmarks/loop_throughput.py).
+LOOKAHEAD = 2
+
+
 @dataclass(frozen=True)
 class RunLimits:
     target_speedup: float | None = None
@@ -82,9 +88,10 @@ class Loop:
     def run(self) -> LoopResult:
         self.ledger.set_status(self.run_id, "running")
         slots = len(self.judge_options)
-        # One evaluation in flight per GPU, plus one importing and compiling ahead on the CPU cores
-        # (it waits for its GPU's device lock before running anything there).
-        pipeline = slots + 1 if self.judge_options[0].device == "cuda" else 1
+        # Per GPU, LOOKAHEAD evaluations beside the one being timed: they start, import and compile on
+        # the CPU cores and share the GPU for their checks, and each waits its turn to be timed alone
+        # (judge.device_lock). On the CPU one at a time: checks would disturb the timing there.
+        pipeline = slots * (1 + LOOKAHEAD) if self.judge_options[0].device == "cuda" else 1
         inflight: list[tuple[Proposal, Future, JudgeOptions]] = []
         stop = None
         try:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import asdict, dataclass
 
 from rich.console import Console
 
 from ratchet.judge import JudgeOptions
+from ratchet.judge.device_lock import DeviceLock
 from ratchet.ledger import Ledger, LedgerError
 from ratchet.loop import Loop, RunLimits, load_seeds
 from ratchet.search.llm_client import LLMSettings
@@ -57,8 +57,8 @@ def start_or_resume(ledger: Ledger, request: RunRequest, console: Console | None
             raise LLMSetupError("--proposer llm needs --llm-model NAME (the model your endpoint serves)")
         chat = make_chat(request.llm)  # checks model and key before a run is created
     gpus = request.gpus or ((0,) if request.device == "cuda" else ())
-    # One lock per GPU: the evaluation compiling ahead waits for it before running anything on that GPU.
-    locks = {g: threading.Lock() for g in gpus}
+    # One lock per GPU: checks share it, timing holds it alone (judge.device_lock).
+    locks = {g: DeviceLock() for g in gpus}
     judge_options = [JudgeOptions(device=request.device, gpu_index=g, device_lock=locks[g]) for g in gpus] or [
         JudgeOptions(device="cpu")]
     if request.resume:

@@ -20,6 +20,7 @@ import torch
 from ratchet.candidate import Candidate
 from ratchet.judge.check import (as_tuple, check_dtypes, check_structure, check_values, inputs_unchanged,
                                  tensor_from_description)
+from ratchet.judge.device_lock import holding
 from ratchet.judge.guards import suspect_source
 from ratchet.judge.process import Limits, WorkerFailure, WorkerProcess
 from ratchet.judge.worker import sample_indices
@@ -53,8 +54,9 @@ class JudgeOptions:
     ceilings: Any = None  # hardware.ceilings.Ceilings; measured when None
     gpu_index: int | None = None  # which GPU (workers see only it); None: the current one
     guards: bool = True  # False only to measure what the guards cost: never for a real verdict
-    # Held for all GPU work after the candidate's first call (which compiles): evaluations sharing a
-    # GPU then compile side by side but never run while another is timed (ratchet.loop).
+    # Evaluations sharing a GPU (ratchet.loop): a judge.device_lock.DeviceLock, held shared for the
+    # checks after the candidate's first call (which compiles, unlocked) and exclusively for each shape's
+    # timing, so checks and compiles of several candidates overlap and nothing runs beside a timing.
     device_lock: Any = None
 
 
@@ -78,7 +80,6 @@ class Evaluation:
         self.ref: WorkerProcess | None = None
         self.first_call = True
         self._expected: dict = {}
-        self._exit = contextlib.ExitStack()
 
     # -- the whole evaluation --------------------------------------------------------------------
     def run(self) -> Verdict:
@@ -106,7 +107,6 @@ class Evaluation:
         except WorkerFailure as failure:
             verdict.reasons = [Reason(failure.code, failure.detail)]
         finally:
-            self._exit.close()  # releases the device lock
             for worker in (self.cand, self.ref):
                 if worker is not None:
                     worker.close()
@@ -141,6 +141,9 @@ class Evaluation:
             if "error" in ref_reply:
                 raise Abort([Reason("reference_error", f"reference worker: {ref_reply['detail']}")])
 
+    def _gpu(self, mode: str):
+        return holding(self.opts.device_lock, mode)
+
     # -- correctness -----------------------------------------------------------------------------
     def shapes(self) -> list[tuple[dict, bool]]:
         shape_set = self.task.shape_set(self.device)
@@ -174,19 +177,20 @@ class Evaluation:
                      "fingerprint_seed": self.rng.getrandbits(62),
                      "first_of_task": self.first_call, "profile": len(pairs) + i == profiled} for i in range(count)]
             budget = self.opts.limits.first_call_s if self.first_call else self.opts.limits.call_s * count
-            reply, _ = self.cand.ask({"op": "batch", "calls": subs, "shape": shape,
-                                      "dtype": str(dtype).removeprefix("torch."), "poison": True, "flush": False,
-                                      "guards": self.opts.guards},
-                                     min(budget, max(1.0, self.deadline - time.perf_counter())))
-            if self.first_call and self.opts.device_lock is not None:
-                self._exit.enter_context(self.opts.device_lock)
+            # The first call compiles on the CPU cores while another evaluation may be timing.
+            with contextlib.nullcontext() if self.first_call else self._gpu("shared"):
+                reply, _ = self.cand.ask({"op": "batch", "calls": subs, "shape": shape,
+                                          "dtype": str(dtype).removeprefix("torch."), "poison": True,
+                                          "flush": False, "guards": self.opts.guards},
+                                         min(budget, max(1.0, self.deadline - time.perf_counter())))
             self.first_call = False
-            for sub, result in zip(subs, reply["results"]):
-                self._raise_on_error(result)
-                self._raise_on_flags(result, label)
-                self._forbidden(result.get("ops"), label)
-                pairs.append(self._verify(shape, dtype, sub["seed"], result, label, statistical=rule is not None,
-                                          fingerprint_seed=sub["fingerprint_seed"]))
+            with self._gpu("shared"):  # the references and comparisons run on the judge's GPU
+                for sub, result in zip(subs, reply["results"]):
+                    self._raise_on_error(result)
+                    self._raise_on_flags(result, label)
+                    self._forbidden(result.get("ops"), label)
+                    pairs.append(self._verify(shape, dtype, sub["seed"], result, label,
+                                              statistical=rule is not None, fingerprint_seed=sub["fingerprint_seed"]))
         if rule:
             details = rule.test(pairs)
             if details:
@@ -276,19 +280,22 @@ class Evaluation:
     def _timing(self, rows: list[ShapeResult], verdict: Verdict):
         from ratchet.hardware.ceilings import get_ceilings
 
-        ceilings = self.opts.ceilings or get_ceilings(self.device)
+        with self._gpu("exclusive"):  # measured once per device (then cached): alone on the GPU
+            ceilings = self.opts.ceilings or get_ceilings(self.device)
         verdict.device_name = ceilings.device_name
         verdict.ceilings = {"copy_tbps": ceilings.copy_tbps, "matmul_tflops": ceilings.matmul_tflops}
         if self.device == "cpu":
             verdict.notes.append("CPU times (one thread per worker) say nothing about GPU speed")
         for row in rows:
             dtype = getattr(torch, row.dtype)
-            eager = self._time_mode(row.shape, dtype, "eager")
+            with self._gpu("exclusive"):
+                eager = self._time_mode(row.shape, dtype, "eager")
             row.eager_median_us = eager["cand"][0]
             row.mode, cand, ref = "eager", eager["cand"], eager["ref"]
             row.times_us, row.ref_times_us = eager["cand_times"], eager["ref_times"]
             if self.device == "cuda" and ref[0] < self.policy.graph_below_us:
-                graph = self._time_graph(row.shape, dtype)
+                with self._gpu("exclusive"):
+                    graph = self._time_graph(row.shape, dtype)
                 if graph is not None:
                     row.graph_median_us, row.ref_graph_median_us = graph["cand"][0], graph["ref"][0]
                     row.mode, cand, ref = "graph", graph["cand"], graph["ref"]

@@ -1,0 +1,135 @@
+"""judge.device_lock: checks share the GPU, timing holds it alone, a waiting timer goes first; and two
+real evaluations sharing one lock never check while the other is timed."""
+
+import threading
+import time
+from pathlib import Path
+
+from ratchet.candidate import load_candidate
+from ratchet.judge import JudgeOptions, evaluate
+from ratchet.judge.device_lock import DeviceLock, holding
+from ratchet.task import load_task
+
+DATA = Path(__file__).parent / "data"
+
+
+def _hold(lock, mode, entered, release):
+    with holding(lock, mode):
+        entered.set()
+        release.wait(10)
+
+
+def _start(lock, mode):
+    entered, release = threading.Event(), threading.Event()
+    thread = threading.Thread(target=_hold, args=(lock, mode, entered, release), daemon=True)
+    thread.start()
+    return thread, entered, release
+
+
+def test_shared_holders_overlap():
+    lock = DeviceLock()
+    a, a_in, a_go = _start(lock, "shared")
+    b, b_in, b_go = _start(lock, "shared")
+    assert a_in.wait(5) and b_in.wait(5)
+    assert lock.state() == (2, False, 0)
+    a_go.set(), b_go.set()
+    a.join(5), b.join(5)
+    assert lock.state() == (0, False, 0)
+
+
+def test_exclusive_waits_for_shared_and_blocks_new_shared():
+    lock = DeviceLock()
+    reader, r_in, r_go = _start(lock, "shared")
+    assert r_in.wait(5)
+    timer, t_in, t_go = _start(lock, "exclusive")
+    time.sleep(0.2)
+    assert not t_in.is_set() and lock.state() == (1, False, 1)  # waits for the check to finish
+    late, l_in, l_go = _start(lock, "shared")
+    time.sleep(0.2)
+    assert not l_in.is_set()  # a waiting timer goes first
+    r_go.set()
+    assert t_in.wait(5) and lock.state() == (0, True, 0)
+    time.sleep(0.2)
+    assert not l_in.is_set()  # nothing beside a timing
+    t_go.set()
+    assert l_in.wait(5)
+    l_go.set()
+    for t in (reader, timer, late):
+        t.join(5)
+    assert lock.state() == (0, False, 0)
+
+
+def test_an_exception_releases_the_lock():
+    lock = DeviceLock()
+    for mode in ("shared", "exclusive"):
+        try:
+            with holding(lock, mode):
+                raise RuntimeError("kernel crashed")
+        except RuntimeError:
+            pass
+        assert lock.state() == (0, False, 0)
+
+
+def test_plain_lock_serves_both_modes_and_none_holds_nothing():
+    plain = threading.Lock()
+    with holding(plain, "shared"):
+        assert plain.locked()
+    with holding(plain, "exclusive"):
+        assert plain.locked()
+    assert not plain.locked()
+    with holding(None, "exclusive"):
+        pass
+
+
+class RecordingLock(DeviceLock):
+    """Logs (mode, thread, start, end) of every hold."""
+
+    def __init__(self):
+        super().__init__()
+        self.holds, self._log = [], threading.Lock()
+
+    def _record(self, mode, inner):
+        lock = self
+
+        class _Ctx:
+            def __enter__(self):
+                inner.__enter__()
+                self.start = time.perf_counter()
+
+            def __exit__(self, *exc):
+                with lock._log:
+                    lock.holds.append((mode, threading.get_ident(), self.start, time.perf_counter()))
+                return inner.__exit__(*exc)
+
+        return _Ctx()
+
+    def shared(self):
+        return self._record("shared", super().shared())
+
+    def exclusive(self):
+        return self._record("exclusive", super().exclusive())
+
+
+def test_two_evaluations_never_check_beside_a_timing():
+    task = load_task(str(DATA / "tasks" / "axpby.py"))
+    candidate = load_candidate(DATA / "candidates" / "axpby_honest.py")
+    lock = RecordingLock()
+    options = JudgeOptions(device="cpu", device_lock=lock)
+    verdicts = []
+    threads = [threading.Thread(target=lambda: verdicts.append(evaluate(task, candidate, None, options)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert [v.verdict for v in verdicts] == ["pass", "pass"], [v.reasons for v in verdicts]
+    exclusive = [h for h in lock.holds if h[0] == "exclusive"]
+    shared = [h for h in lock.holds if h[0] == "shared"]
+    timed_shapes = sum(1 for v in verdicts for row in v.shapes if row.median_us is not None)
+    assert len(exclusive) >= timed_shapes + 2  # each shape's timing, and the ceilings, alone
+    assert len({h[1] for h in shared}) == 2  # both evaluations checked under the shared lock
+    for mode, thread, start, end in exclusive:
+        for other in lock.holds:
+            if other[2:] != (start, end):
+                assert other[3] <= start or other[2] >= end, (mode, other)  # no overlap at all
+    assert lock.state() == (0, False, 0)
