@@ -56,13 +56,15 @@ for stage in $STAGES; do
              --seed-file "$ROWWISE" --out "$OUT" > "$OUT/guard.log" 2>&1 ;;
     suite) timeout "${SUITE_S:-540}" python benchmarks/suite.py ${SUITE_ARGS:-} --out "$OUT/suite" \
              > "$OUT/suite.log" 2>&1 ;;
+    e2e) timeout "${E2E_S:-560}" python benchmarks/e2e_stack.py --run-task decode_attention --budget "${E2E_BUDGET:-6}" \
+             --workloads llama deepseek --contexts 8192 32768 --out "$OUT/e2e" ${E2E_ARGS:-} > "$OUT/e2e.log" 2>&1 ;;
     *) echo "unknown stage $stage" ;;
   esac
   echo "== $stage: exit $? in $(( $(date +%s) - t0 )) s"
 done
 grep -h -E "^(PASSED|FAILED|ERROR|SKIPPED) |Timeout" "$OUT/pytest_gpu.log" 2>/dev/null | sort | uniq -c | sort -rn | head -5
 for f in smoke.log pytest_gpu.log eval_rmsnorm.err eval_seeds.md search_efficiency.md loop_throughput.txt guard_cost.md \
-         judge_phase_costs.md all/eval_seeds.md runs/runs.md suite/suite.md; do
+         judge_phase_costs.md all/eval_seeds.md runs/runs.md suite/suite.md e2e/e2e_stack.md; do
   [ -f "$OUT/$f" ] && { echo "== $f"; tail -20 "$OUT/$f"; }
 done
 [ -s "$OUT/eval_rmsnorm.json" ] && python - "$OUT/eval_rmsnorm.json" <<'EOF'
