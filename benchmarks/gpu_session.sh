@@ -27,6 +27,18 @@ run_gpu_tests() {
     echo "== $f: exit $?"
   done
 }
+# Issue 4 on landscapes (every config timed in one process, benchmarks/landscape.py): first the
+# rmsnorm_decode SPACE, to compare with the full-judge table of 2026-11-30 (call2/search_table.json), then
+# the largest Triton SPACEs, split-row top-p last (its GPU test stalled on 2026-11-30).
+run_landscapes() {
+  local deadline=$(( $(date +%s) + ${LANDSCAPES_S:-540} )) seeds
+  seeds=${LANDSCAPE_SEEDS:-"src/ratchet/tasks/softmax/seeds/triton_online.py
+    src/ratchet/tasks/top_p_sampling/seeds/triton_pivot.py src/ratchet/tasks/top_p_sampling/seeds/triton_split_row.py"}
+  timeout $(( deadline - $(date +%s) )) python benchmarks/search_efficiency.py --task "$DECODE" --seed-files "$ROWWISE" \
+    --out "$OUT/search_decode" > "$OUT/landscapes.log" 2>&1
+  timeout $(( deadline - $(date +%s) )) python benchmarks/search_efficiency.py --shapes 4 --seed-files $seeds \
+    --out "$OUT/search" >> "$OUT/landscapes.log" 2>&1
+}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv | tee "$OUT/smi.txt"
 for stage in $STAGES; do
   t0=$(date +%s)
@@ -44,6 +56,7 @@ for stage in $STAGES; do
              decode_attention --out "$OUT/all" > "$OUT/eval_seeds_all.log" 2>&1 ;;
     search) timeout "${SEARCH_S:-420}" python benchmarks/search_efficiency.py --task "$DECODE" --seed-file "$ROWWISE" \
              --out "$OUT" > "$OUT/search.log" 2>&1 ;;
+    landscapes) run_landscapes ;;
     loop) timeout "${LOOP_S:-240}" python benchmarks/loop_throughput.py --task "$DECODE" --budget "${LOOP_BUDGET:-8}" \
              --out "$OUT" > "$OUT/loop.log" 2>&1 ;;
     # Runs for the suite's best column, into $OUT/ledger.sqlite (RUN_LEDGER: a ledger carried in from an
@@ -64,7 +77,8 @@ for stage in $STAGES; do
 done
 grep -h -E "^(PASSED|FAILED|ERROR|SKIPPED) |Timeout" "$OUT/pytest_gpu.log" 2>/dev/null | sort | uniq -c | sort -rn | head -5
 for f in smoke.log pytest_gpu.log eval_rmsnorm.err eval_seeds.md search_efficiency.md loop_throughput.txt guard_cost.md \
-         judge_phase_costs.md all/eval_seeds.md runs/runs.md suite/suite.md e2e/e2e_stack.md; do
+         judge_phase_costs.md all/eval_seeds.md runs/runs.md suite/suite.md e2e/e2e_stack.md \
+         search_decode/search_efficiency.md search/search_efficiency.md; do
   [ -f "$OUT/$f" ] && { echo "== $f"; tail -20 "$OUT/$f"; }
 done
 [ -s "$OUT/eval_rmsnorm.json" ] && python - "$OUT/eval_rmsnorm.json" <<'EOF'

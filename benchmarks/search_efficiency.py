@@ -1,97 +1,203 @@
-"""Search efficiency of the tuner: trials and judge seconds to come within 2% of the exhaustive best.
+"""Search efficiency of the tuner: trials and GPU seconds to come within 2% of the exhaustive best.
 
-Every valid config of a seed's SPACE is judged once (what `triton.autotune` does: exhaustive), and the
-table is saved. Then TPE, random and exhaustive-in-order search are replayed over that table from
-several search seeds (Kernel Tuner's simulation mode: a config's outcome does not depend on when it is
-tried), counting the trials and the judge seconds each needs to first reach 98% of the best speedup.
+Every valid config of a seed's SPACE is measured once (exhaustive, what ``triton.autotune`` does) and
+the table is saved; then TPE, random and exhaustive-in-order search are replayed over it from several
+search seeds (Kernel Tuner's simulation mode: a config's outcome does not depend on when it is tried),
+counting the trials and seconds each needs to first reach 98% of the best speedup.
 
-    python benchmarks/search_efficiency.py --task rmsnorm \
-        --seed-file src/ratchet/tasks/rmsnorm/seeds/triton_rowwise.py --out out/
-    python benchmarks/search_efficiency.py --table out/search_table.json   # replay only
+Measuring: by default in landscape mode (benchmarks/landscape.py: one process, the judge's timed-call
+code, first dtype, first ``--shapes`` public shapes); ``--full-judge`` runs ``ratchet.judge.evaluate``
+per config instead (what the 2026-11-30 H200 table is). A trial costs ``--judge-seconds S`` in the
+replay (the mean wall time of one full evaluation, measured separately), else the seconds the table
+recorded for that config.
+
+    python benchmarks/search_efficiency.py --all-triton-seeds --shapes 4 --out out/   # on a GPU
+    python benchmarks/search_efficiency.py --seed-files src/ratchet/tasks/top_p_sampling/seeds/cpu_*.py \
+        --device cpu --out out/
+    python benchmarks/search_efficiency.py --table out/landscapes/*.json --judge-seconds 21   # replay only
+    python benchmarks/search_efficiency.py --table ... --synthetic 8 --variants   # tuner variants
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
-from ratchet.candidate import load_candidate
-from ratchet.ledger import config_key
-from ratchet.search.base import Outcome
-from ratchet.search.tune import TuneProposer
+sys.path.insert(0, str(Path(__file__).parent))  # landscape.py, when run as a script
+
+from ratchet.candidate import Candidate, load_candidate  # noqa: E402
+from ratchet.ledger import config_key  # noqa: E402
+from ratchet.search.base import Outcome  # noqa: E402
+from ratchet.search.tune import TuneProposer, TuneSettings  # noqa: E402
 
 WITHIN = 0.98
+ROOT = Path(__file__).parent.parent
+MIN_CONFIGS = 8  # smaller spaces say little about a searcher
+# TPE variants compared by --variants (docs/NOTES.md has the numbers that chose the default).
+VARIANTS = {
+    "tpe-old": TuneSettings(asks=None, fallback="first"),  # before 2026-12: unbounded repeats
+    "tpe-bounded": TuneSettings(),  # the default now
+    "ordinal": TuneSettings(ordinal=True),
+    "ordinal-zero-last": TuneSettings(ordinal=True, zero_last=True),
+    "ordinal-multivariate": TuneSettings(ordinal=True, multivariate=True),
+    "ordinal-startup-3": TuneSettings(ordinal=True, startup_max=3),
+    "categorical-multivariate": TuneSettings(multivariate=True),
+}
 
 
-def measure_table(task_name: str, seed_file: str, device: str, partial: Path) -> dict:
-    from ratchet.judge import JudgeOptions, evaluate
+def triton_seeds() -> list[Path]:
+    """Built-in Triton seeds whose SPACE has at least MIN_CONFIGS valid configs."""
+    paths = sorted((ROOT / "src" / "ratchet" / "tasks").glob("*/seeds/triton*.py"))
+    return [p for p in paths if len(load_candidate(p).valid_configs()) >= MIN_CONFIGS]
+
+
+def measure(seed_file: Path, device: str, shapes: int, full_judge: bool, partial: Path,
+            task_spec: str | None = None) -> dict:
+    from landscape import LandscapeOptions, measure_landscape, restricted_task
+
     from ratchet.task import load_task
 
-    task, cand = load_task(task_name), load_candidate(seed_file)
-    rows = []
-    for i, config in enumerate(cand.valid_configs()):
-        verdict = evaluate(task, cand, config, JudgeOptions(device=device))
-        rows.append({"config": config, "verdict": verdict.verdict, "speedup": verdict.speedup,
-                     "judge_s": verdict.judge_wall_s})
-        print(f"[{i + 1}/{len(cand.valid_configs())}] {config} {verdict.verdict} {verdict.speedup} "
-              f"{verdict.judge_wall_s:.1f}s", flush=True)
-        table = {"task": task_name, "seed_file": seed_file, "device": device, "date": time.strftime("%Y-%m-%d"),
-                 "rows": rows}
-        # Written after every row so that a run cut short by a time limit still leaves what it measured.
-        partial.write_text(json.dumps(table, indent=1))
+    task_name = task_spec or seed_file.parent.parent.name
+    task, cand = restricted_task(load_task(task_name), device, shapes), load_candidate(seed_file)
+    table = {"task": task_name, "seed_file": str(seed_file), "device": device, "date": time.strftime("%Y-%m-%d"),
+             "mode": "full-judge" if full_judge else "landscape", "dtype": str(task.dtypes[0]),
+             "shapes": [dict(s) for s in task.shape_set(device).public], "rows": []}
+
+    def keep(row):
+        table["rows"].append(row)
+        print(f"  [{len(table['rows'])}/{len(cand.valid_configs())}] {row['config']} {row['verdict']} "
+              f"{row['speedup']} {row.get('landscape_s', row.get('judge_s'))}s"
+              + (f" ({row['reason']})" if row.get("reason") else ""), flush=True)
+        partial.write_text(json.dumps(table, indent=1))  # a run cut short still leaves what it measured
+
+    if full_judge:
+        from ratchet.judge import JudgeOptions, evaluate
+
+        for config in cand.valid_configs():
+            verdict = evaluate(task, cand, config, JudgeOptions(device=device))
+            keep({"config": config, "verdict": verdict.verdict, "speedup": verdict.speedup,
+                  "judge_s": verdict.judge_wall_s})
+    else:
+        measure_landscape(task, cand, LandscapeOptions(device=device, shapes=shapes), on_row=keep)
     return table
 
 
-def replay(table: dict, sampler: str, search_seed: int) -> tuple[int, float]:
-    """Trials and judge seconds until a config within 2% of the best speedup is judged."""
-    cand = load_candidate(table["seed_file"])
+def table_candidate(table: dict) -> Candidate:
+    if table.get("space"):  # synthetic tables carry their SPACE
+        return Candidate(path="synthetic", source="", space={k: tuple(v) for k, v in table["space"].items()},
+                         constraints=tuple(table.get("constraints", ())))
+    return load_candidate(ROOT / table["seed_file"])
+
+
+def trial_seconds(row: dict, judge_s: float | None) -> float:
+    return judge_s if judge_s is not None else row.get("judge_s", row.get("landscape_s", 0.0))
+
+
+def replay(table: dict, sampler: str, search_seed: int, settings: TuneSettings | None = None,
+           judge_s: float | None = None) -> tuple[int, float]:
+    """Trials and seconds until a config within 2% of the best speedup is measured."""
     by_key = {config_key(r["config"]): r for r in table["rows"]}
     best = max(r["speedup"] for r in table["rows"] if r["speedup"])
-    proposer = TuneProposer([cand], sampler=sampler, seed=search_seed)
+    proposer = TuneProposer([table_candidate(table)], sampler=sampler, seed=search_seed, settings=settings)
     seconds = 0.0
     for trial in range(1, len(by_key) + 1):
         proposal = proposer.propose()
         row = by_key[config_key(proposal.config)]
-        seconds += row["judge_s"]
+        seconds += trial_seconds(row, judge_s)
         if row["speedup"] and row["speedup"] >= WITHIN * best:
             return trial, seconds
         proposer.tell(proposal, Outcome(row["verdict"], row["speedup"]))
     return len(by_key), seconds
 
 
+def summarize_table(table: dict, searches: dict, seeds: int, judge_s: float | None) -> list[dict]:
+    n = len(table["rows"])
+    name = Path(table["seed_file"]).name if table.get("seed_file") else table["task"]
+    exhaustive = sum(trial_seconds(r, judge_s) for r in table["rows"])
+    out = []
+    for label, (sampler, settings) in searches.items():
+        results = [replay(table, sampler, s, settings, judge_s) for s in range(seeds)]
+        trials = statistics.median(r[0] for r in results)
+        out.append({"task": table["task"], "seed": name, "device": table["device"], "search": label, "valid": n,
+                    "exhaustive_s": round(exhaustive, 1), "median_trials": trials,
+                    "share": round(trials / n, 3), "median_s": round(statistics.median(r[1] for r in results), 1)})
+    return out
+
+
+def write(rows: list[dict], out: Path, note: str):
+    lines = [note, "", "| task / seed | device | search | valid configs | exhaustive s | median trials to 2% "
+             "| share of exhaustive | median s |", "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['task']} / {r['seed']} | {r['device']} | {r['search']} | {r['valid']} | {r['exhaustive_s']:g} "
+              f"| {r['median_trials']:g} | {100 * r['share']:.0f}% | {r['median_s']:g} |" for r in rows]
+    (out / "search_efficiency.md").write_text("\n".join(lines) + "\n")
+    (out / "search_efficiency.json").write_text(json.dumps(rows, indent=1))
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", default="rmsnorm")
-    parser.add_argument("--seed-file", help="the seed whose SPACE is searched")
+    parser.add_argument("--seed-file", "--seed-files", dest="seed_files", nargs="+", default=[],
+                        help="seeds whose SPACE is measured (the task is the seed's folder)")
+    parser.add_argument("--all-triton-seeds", action="store_true",
+                        help=f"every built-in Triton seed with at least {MIN_CONFIGS} valid configs")
+    parser.add_argument("--task", default=None, help="task name or file (default: the seed's folder)")
     parser.add_argument("--device", default=None, help="default: cuda if present")
-    parser.add_argument("--table", help="replay a saved table instead of measuring")
-    parser.add_argument("--search-seeds", type=int, default=11)
+    parser.add_argument("--shapes", type=int, default=4, help="first N public shapes (first dtype)")
+    parser.add_argument("--full-judge", action="store_true", help="ratchet.judge.evaluate per config")
+    parser.add_argument("--table", nargs="+", default=[], help="replay saved tables instead of measuring")
+    parser.add_argument("--synthetic", type=int, default=0, help="also replay N synthetic (model) landscapes")
+    parser.add_argument("--variants", action="store_true", help="replay the TPE variants of VARIANTS too")
+    parser.add_argument("--judge-seconds", type=float, default=None, help="GPU seconds one trial costs")
+    parser.add_argument("--search-seeds", type=int, default=21)
     parser.add_argument("--out", default="out")
     args = parser.parse_args()
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if args.table:
-        table = json.loads(Path(args.table).read_text())
-    else:
+    (out / "landscapes").mkdir(parents=True, exist_ok=True)
+    searches = {"tpe": ("tpe", None), "random": ("random", None), "grid": ("grid", None)}
+    if args.variants:
+        searches.update({name: ("tpe", settings) for name, settings in VARIANTS.items()})
+    cost = f"{args.judge_seconds:g} s per trial" if args.judge_seconds else "the seconds each table recorded per config"
+    note = (f"Trials to within 2% of the exhaustive best, median over {args.search_seeds} search seeds; "
+            f"a trial costs {cost}.")
+    tables = [json.loads(Path(t).read_text()) for t in args.table]
+    if args.synthetic:
+        from landscape import synthetic_table
+
+        tables += [synthetic_table(s) for s in range(args.synthetic)]
+    seeds = [Path(p) for p in args.seed_files] + (triton_seeds() if args.all_triton_seeds else [])
+    rows = []
+    for table in tables:
+        rows += summarize_table(table, searches, args.search_seeds, args.judge_seconds)
+        print(write(rows, out, note).splitlines()[-1], flush=True)
+    if seeds:
         import torch
 
+        from landscape import CPU_POLICY, GPU_POLICY, estimate_s
+
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        table = measure_table(args.task, args.seed_file, device, out / "search_table.json")
-    n = len(table["rows"])
-    lines = [f"{table['task']} / {Path(table['seed_file']).name} on {table['device']}, measured {table['date']}: "
-             f"{n} valid configs, exhaustive costs {sum(r['judge_s'] for r in table['rows']):.0f} judge s",
-             "| search | median trials to within 2% | share of exhaustive | median judge s |", "|---|---|---|---|"]
-    for sampler in ("tpe", "random", "grid"):
-        results = [replay(table, sampler, s) for s in range(args.search_seeds)]
-        trials = statistics.median(r[0] for r in results)
-        secs = statistics.median(r[1] for r in results)
-        lines.append(f"| {sampler} | {trials:g} | {100 * trials / n:.0f}% | {secs:.0f} |")
-    text = "\n".join(lines)
-    (out / "search_efficiency.md").write_text(text + "\n")
-    print(text)
+        if device == "cpu":  # Triton seeds run under Triton's interpreter here, as in the judge's CPU workers
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+        counts = [len(load_candidate(p).valid_configs()) for p in seeds]
+        bound = sum(estimate_s(c, args.shapes, GPU_POLICY if device == "cuda" else CPU_POLICY, device == "cuda")
+                    for c in counts)
+        print(f"{len(seeds)} seeds, {sum(counts)} configs x {args.shapes} shapes = {sum(counts) * args.shapes} "
+              f"timed shapes on {device}; timing at most {bound:.0f} s (each shape and mode stops at twice "
+              f"the policy's cap), plus compiles and checks", flush=True)
+        for path in seeds:
+            print(f"{path}", flush=True)
+            landscape = out / "landscapes" / f"{path.parent.parent.name}__{path.stem}.json"
+            table = measure(path, device, args.shapes, args.full_judge, landscape, args.task)
+            if any(r["speedup"] for r in table["rows"]):
+                rows += summarize_table(table, searches, args.search_seeds, args.judge_seconds)
+            print(write(rows, out, note), flush=True)  # partial results after every seed
+    if not rows:
+        parser.error("nothing to do: give --table, --synthetic, --seed-files or --all-triton-seeds")
+    print(write(rows, out, note))
 
 
 if __name__ == "__main__":

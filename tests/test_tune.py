@@ -91,3 +91,12 @@ def test_bad_constraints_are_candidate_errors(tmp_path):
 def test_config_breaking_a_constraint_is_rejected(candidate):
     with pytest.raises(CandidateError, match="breaks the candidate's constraint"):
         candidate.resolve_config({"BLOCK": 64, "WARPS": 8})
+
+
+def test_repeats_are_bounded_so_tpe_stays_fast_to_the_end(candidate):
+    # Before the bound, TPE's repeats near the end of the space were told to the study by the thousand
+    # (each ask costs time linear in the trials held): exhausting these 51 configs took minutes.
+    proposer = TuneProposer([candidate], sampler="tpe", seed=1)
+    seen = drive(proposer, budget=1000)
+    assert len(seen) == len(candidate.valid_configs())
+    assert len(proposer.studies[0].study.trials) <= proposer.settings.asks * len(seen) + 1

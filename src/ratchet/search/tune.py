@@ -7,12 +7,15 @@ the block sizes, warps and stages, which it does better than anyone.
 - Constraints between parameters come from the candidate's ``CONSTRAINTS`` (expressions over SPACE
   names, e.g. ``"BLOCK_N % BLOCK_K == 0"``); configs breaking one are never proposed.
 Samplers: TPE (default), random, or grid (exhaustive, what ``triton.autotune`` does).
+``TuneSettings`` holds TPE's knobs; its defaults are what replays over measured landscapes chose
+(benchmarks/search_efficiency.py --variants, docs/NOTES.md).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import dataclass
 
 import optuna
@@ -22,8 +25,34 @@ from ratchet.ledger import config_key
 from ratchet.search.base import Outcome, Proposal
 
 optuna.logging.set_verbosity(logging.WARNING)
+# multivariate=True is still marked experimental by Optuna; the warning says nothing to a user.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 SAMPLERS = ("tpe", "random", "grid")
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """How TPE sees a SPACE. ``ordinal``: a list of numbers only (block sizes, warps, stages) is an
+    integer index into its sorted values, so TPE can learn that neighbours perform alike; other lists
+    stay categorical. ``zero_last``: in such a list 0 sorts after the largest value, because the seeds
+    use 0 for "auto" / "the whole row" (BLOCK_H=0, CHUNK=0). ``multivariate``: TPE models the knobs
+    jointly rather than one by one. Startup: that many random trials (a share of the valid configs,
+    at most ``startup_max``) before TPE models anything."""
+
+    ordinal: bool = False
+    zero_last: bool = False
+    multivariate: bool = False
+    startup_share: float = 0.25
+    startup_max: int = 8
+    # Suggestions asked per proposal before giving up on the sampler (None: 20 per valid config, as
+    # before 2026-11-30). Each repeat is told to the study as a trial; near the end of a space TPE
+    # repeats itself thousands of times and its cost grows with the trials it holds: tests/test_tune.py's
+    # 51-config exhaustion took over 5 minutes with None, 0.7 s with 8. Replays: same or fewer trials.
+    asks: int | None = 8
+    # When the sampler only repeats itself: "first" unmeasured config in SPACE order, or the one
+    # "nearest" to its last suggestion (fewest knobs changed, ordinal knobs by index distance).
+    fallback: str = "nearest"
 
 
 @dataclass
@@ -31,6 +60,7 @@ class _Study:
     candidate: Candidate
     study: optuna.Study | None  # None: exhaustive grid
     valid: list[dict]  # every config that meets the constraints, in SPACE order
+    orders: dict  # SPACE key -> its values in the order the study indexes (ordinal keys only)
     tried: dict  # config key -> objective value (None for failed)
     pending: dict  # config key -> optuna trial waiting for its outcome
 
@@ -40,27 +70,48 @@ class TuneProposer:
 
     name = "tune"
 
-    def __init__(self, candidates: list[Candidate], sampler: str = "tpe", seed: int = 0):
+    def __init__(self, candidates: list[Candidate], sampler: str = "tpe", seed: int = 0,
+                 settings: TuneSettings | None = None):
         if sampler not in SAMPLERS:
             raise ValueError(f"unknown sampler '{sampler}' (choose from {', '.join(SAMPLERS)})")
+        self.settings = settings or TuneSettings()
         self.studies = [self._new_study(c, sampler, seed + i) for i, c in enumerate(candidates)]
         self._turn = 0
 
-    @staticmethod
-    def _new_study(candidate: Candidate, sampler: str, seed: int) -> _Study:
+    def _new_study(self, candidate: Candidate, sampler: str, seed: int) -> _Study:
         valid = candidate.valid_configs()
         if sampler == "grid":
             # Exhaustive in SPACE order, like triton.autotune. Optuna's GridSampler stops the study
             # itself when the grid is done, which ask-and-tell use does not allow, so no study drives it.
-            return _Study(candidate, None, valid, {}, {})
+            return _Study(candidate, None, valid, {}, {}, {})
+        cfg = self.settings
+        orders = {k: _order(v, cfg.zero_last) for k, v in candidate.space.items() if cfg.ordinal and _numeric(v)}
         if sampler == "random":
             chosen = optuna.samplers.RandomSampler(seed=seed)
         else:
-            chosen = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(8, max(1, len(valid) // 4)))
+            startup = min(cfg.startup_max, max(1, int(len(valid) * cfg.startup_share)))
+            chosen = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=cfg.multivariate)
         study = optuna.create_study(direction="maximize", sampler=chosen)
+        s = _Study(candidate, study, valid, orders, {}, {})
         if candidate.space and valid:
-            study.enqueue_trial(valid[0] if candidate.default_config() not in valid else candidate.default_config())
-        return _Study(candidate, study, valid, {}, {})
+            first = valid[0] if candidate.default_config() not in valid else candidate.default_config()
+            study.enqueue_trial(self._params(s, first))
+        return s
+
+    @staticmethod
+    def _params(s: _Study, config: dict) -> dict:
+        """A config as the study's parameters: ordinal keys by their index in the sorted values."""
+        return {k: s.orders[k].index(v) if k in s.orders else v for k, v in config.items()}
+
+    @staticmethod
+    def _distributions(s: _Study) -> dict:
+        return {k: optuna.distributions.IntDistribution(0, len(s.orders[k]) - 1) if k in s.orders
+                else optuna.distributions.CategoricalDistribution(list(v)) for k, v in s.candidate.space.items()}
+
+    @staticmethod
+    def _suggest(s: _Study, trial) -> dict:
+        return {k: s.orders[k][trial.suggest_int(k, 0, len(s.orders[k]) - 1)] if k in s.orders
+                else trial.suggest_categorical(k, list(v)) for k, v in s.candidate.space.items()}
 
     def exhausted(self) -> bool:
         return all(len(s.tried) + len(s.pending) >= max(1, len(s.valid)) for s in self.studies)
@@ -84,11 +135,12 @@ class TuneProposer:
         if s.study is None:
             return self._first_unmeasured(s)
         # Bounded: each loop either proposes, or answers a repeat/invalid suggestion without measuring.
-        for _ in range(20 * max(1, len(s.valid))):
+        wanted = None
+        for _ in range(self.settings.asks or 20 * max(1, len(s.valid))):
             if len(s.tried) + len(s.pending) >= len(s.valid):
                 return None
             trial = s.study.ask()
-            config = {k: trial.suggest_categorical(k, list(v)) for k, v in s.candidate.space.items()}
+            config = wanted = self._suggest(s, trial)
             key = config_key(config)
             if key not in valid_keys:
                 s.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
@@ -101,8 +153,22 @@ class TuneProposer:
             else:
                 s.pending[key] = trial
                 return Proposal(s.candidate, config, proposer=self.name)
-        # The sampler keeps repeating itself: take the first config nobody measured yet.
+        # The sampler keeps repeating itself: take a config nobody measured yet.
+        if self.settings.fallback == "nearest" and wanted is not None:
+            return self._nearest_unmeasured(s, wanted)
         return self._first_unmeasured(s)
+
+    def _nearest_unmeasured(self, s: _Study, wanted: dict) -> Proposal | None:
+        def distance(config):
+            return sum(abs(s.orders[k].index(v) - s.orders[k].index(wanted[k])) / (len(s.orders[k]) - 1)
+                       if k in s.orders else float(v != wanted[k]) for k, v in config.items())
+
+        free = [c for c in s.valid if config_key(c) not in s.tried and config_key(c) not in s.pending]
+        if not free:
+            return None
+        config = min(free, key=distance)  # min keeps the first of equals: SPACE order breaks ties
+        s.pending[config_key(config)] = None  # no trial of its own: tell() adds it as a replayed one
+        return Proposal(s.candidate, config, proposer=self.name)
 
     def _first_unmeasured(self, s: _Study) -> Proposal | None:
         for config in s.valid:
@@ -122,12 +188,21 @@ class TuneProposer:
         trial = s.pending.pop(key, None)
         if trial is None:  # replayed from the ledger (resume): teach the study without asking it
             if s.study is not None and s.candidate.space and key in {config_key(c) for c in s.valid}:
-                dists = {k: optuna.distributions.CategoricalDistribution(list(v)) for k, v in s.candidate.space.items()}
                 state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
-                s.study.add_trial(optuna.trial.create_trial(params=proposal.config, distributions=dists,
+                s.study.add_trial(optuna.trial.create_trial(params=self._params(s, proposal.config),
+                                                            distributions=self._distributions(s),
                                                             value=value, state=state))
             return
         if value is None:
             s.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         else:
             s.study.tell(trial, value)
+
+
+def _numeric(values) -> bool:
+    return len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _order(values, zero_last: bool) -> list:
+    """Sorted values; with ``zero_last``, 0 (the seeds' "auto") after the largest."""
+    return sorted(values, key=lambda v: (zero_last and v == 0, v))
