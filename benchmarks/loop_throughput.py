@@ -39,6 +39,19 @@ class BusySampler(threading.Thread):
             time.sleep(self.period)
 
 
+def phase_means(attempts: list[dict]) -> str:
+    """Mean judge seconds per attempt and per phase (start, correctness, timing; from each verdict):
+    where an attempt's time goes, and so how much of it the GPU can be busy for."""
+    walls = [a["judge_wall_s"] for a in attempts if a.get("judge_wall_s")]
+    phases: dict[str, list[float]] = {}
+    for a in attempts:
+        for name, seconds in ((a.get("extra") or {}).get("phases_s") or {}).items():
+            phases.setdefault(name, []).append(seconds)
+    parts = [f"judge {sum(walls) / len(walls):.1f} s"] if walls else []
+    parts += [f"{name} {sum(v) / len(v):.1f} s" for name, v in phases.items()]
+    return ", ".join(parts) or "-"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="rmsnorm")
@@ -53,6 +66,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp, Ledger(Path(tmp) / "ledger.sqlite") as ledger:
         start_or_resume(ledger, RunRequest(task=args.task, budget=args.budget, device=device), Console(stderr=True))
         attempts = ledger.list_runs()[0]["attempts"]
+        phases = phase_means(ledger.attempts(ledger.list_runs()[0]["id"]))
     wall = time.perf_counter() - t0
     busy = None
     if sampler:
@@ -61,7 +75,8 @@ def main():
         busy = sum(sampler.samples) / max(1, len(sampler.samples))
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     text = (f"{name}, {time.strftime('%Y-%m-%d')}, {args.task}: {attempts} attempts in {wall:.0f} s = "
-            f"{60 * attempts / wall:.1f} candidates/min; GPU busy {'-' if busy is None else f'{busy:.0f}%'}")
+            f"{60 * attempts / wall:.1f} candidates/min; GPU busy {'-' if busy is None else f'{busy:.0f}%'}; "
+            f"mean per attempt: {phases}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "loop_throughput.txt").write_text(text + "\n")
     print(text)
