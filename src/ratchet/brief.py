@@ -37,7 +37,9 @@ import torch
 
 from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES
 
-from ratchet.bottleneck import OVERHEAD_FACTOR, OVERHEAD_TINY_US, classify
+from ratchet.bottleneck import (COUNTER_RULE, OVERHEAD_FACTOR, OVERHEAD_TINY_US, classify, classify_with_counters,
+                                 counters_for_row, labelled)
+from ratchet.ncu import describe as describe_counters
 
 if TYPE_CHECKING:
     from ratchet.ledger import Ledger
@@ -445,12 +447,23 @@ def _best(f: _Facts, max_lines: int | None, table: str) -> str:
     notes = (b.get("extra") or {}).get("notes") or []
     if notes and table == "full":
         lines.append("Judge notes: " + "; ".join(_one_line(n, 200) for n in notes[:4]))
-    lines += ["", *_shape_table(f, b["shapes"], table), "",
+    counters = (b.get("extra") or {}).get("counters")
+    lines += ["", *_shape_table(f, b["shapes"], table, counters), *_counters_note(counters), "",
               "Source (the config above arrives as keyword arguments):", _code(b["source"], max_lines)]
     return "\n".join(lines)
 
 
-def _shape_table(f: _Facts, shapes: list[dict], mode: str) -> list[str]:
+def _counters_note(counters: dict | None) -> list[str]:
+    """Where the class comes from when ncu read the hardware counters (or why it could not)."""
+    if not counters:
+        return []
+    if not counters.get("available"):
+        return [f"Hardware counters: not read ({_one_line(counters.get('why') or '', 200)})."]
+    return [f"Hardware counters (ncu, one profiled call on {_shape(counters.get('shape') or {})} "
+            f"{counters.get('dtype')}; not the judge's): the class on that row uses them ({COUNTER_RULE})."]
+
+
+def _shape_table(f: _Facts, shapes: list[dict], mode: str, counters: dict | None = None) -> list[str]:
     timed = [r for r in shapes if r.get("median_us") is not None]
     public = f.task.shape_set(f.device).public
     order = list(public[0]) if public else []  # the ledger stores shapes with sorted keys
@@ -467,8 +480,12 @@ def _shape_table(f: _Facts, shapes: list[dict], mode: str) -> list[str]:
             frac = r.get("roofline_fraction")
             if frac is None and floor and r["median_us"]:
                 frac = floor / r["median_us"]
-            rows.append((r, floor, frac, _bottleneck(cost, f.roof, r["median_us"], floor,
-                                                     flops_known=not _is_kernelbench(f.task))))
+            klass = _bottleneck(cost, f.roof, r["median_us"], floor, flops_known=not _is_kernelbench(f.task))
+            mine = counters_for_row(r, counters)
+            if mine:  # ncu read this shape: its counters refine the class and are shown beside it
+                summary = mine.get("summary")
+                klass = labelled(classify_with_counters(klass, summary, r["median_us"]), describe_counters(summary))
+            rows.append((r, floor, frac, klass))
         shown = rows
         if mode == "worst" and len(rows) > 10:
             shown = sorted(rows, key=lambda x: x[0].get("speedup") or 0.0)[:10]

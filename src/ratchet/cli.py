@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 EXIT_USAGE = 2
@@ -37,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-timing", action="store_true", help="check correctness only")
     ev.add_argument("--run", metavar="RUN", help="record the attempt in RUN (proposer 'agent') and apply the "
                     "keep rule; the run's task file and device judge it (see 'ratchet program')")
+    ev.add_argument("--ncu", action="store_true", help="if the candidate passes on a GPU, profile one call of it "
+                    "with Nsight Compute (DRAM and SM throughput, occupancy, registers, spills) to explain its "
+                    "bottleneck class; never changes the verdict ($RATCHET_NCU: path to ncu, or off)")
     ev.add_argument("--idea", type=int, metavar="ID", help="with --run: the idea this attempt tries")
     ev.add_argument("--ledger", metavar="PATH", help="with --run: ledger file (default: $RATCHET_LEDGER or "
                     ".ratchet/ledger.sqlite)")
@@ -75,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--time", metavar="DURATION", help="stop after this long, e.g. 90s, 20m, 2h")
     rn.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if present, else cpu")
     rn.add_argument("--gpus", metavar="LIST", help="GPU indices to judge on in parallel, e.g. 0,1 (default: 0)")
+    rn.add_argument("--no-ncu", action="store_true", help="do not profile kept attempts with Nsight Compute "
+                    "(by default each new best on a GPU is profiled once where ncu works, to explain its "
+                    "bottleneck class; same as RATCHET_NCU=off)")
     rn.add_argument("--resume", metavar="RUN", help="continue a stopped or killed run")
     rn.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or .ratchet/ledger.sqlite)")
     rn.set_defaults(func=cmd_run)
@@ -161,14 +168,25 @@ def cmd_eval(args) -> int:
             raise
         options = JudgeOptions(device=device, allow=tuple(args.allow), time_it=not args.no_timing)
         verdict = evaluate(task, candidate, config, options)
+        counters = None
+        if args.ncu:  # after the verdict, with nothing else on the GPU: this process judged alone
+            from ratchet.ncu import profile_judged
+
+            counters = profile_judged(task, candidate, config, verdict.verdict, device).to_json()
         recorded = {}
         if run:
             recorded = agents_api.record(ledger, run["id"], candidate, config, verdict.to_json(with_times=True),
                                          args.idea)
+            if counters and counters["available"]:
+                from ratchet.record import attach_counters
+
+                seq = recorded["attempt_seq"]
+                attempt = next(a for a in ledger.attempts(run["id"]) if a["seq"] == seq)
+                attach_counters(ledger, attempt["id"], counters)
     if args.json:
-        print(json.dumps({**verdict.to_json(), **recorded}))
+        print(json.dumps({**verdict.to_json(), **recorded, **({"counters": counters} if counters else {})}))
     else:
-        print_verdict(verdict)
+        print_verdict(verdict, counters=counters)
         if recorded:
             best = "none"
             if recorded["best_seq"]:
@@ -250,6 +268,8 @@ def cmd_run(args) -> int:
     if not args.resume and not args.task:
         raise UsageError("run needs a TASK (or --resume RUN)")
     device = resolve_device(args.device)
+    if args.no_ncu:  # read by ratchet.ncu.find_ncu in the loop: no profile in this process
+        os.environ["RATCHET_NCU"] = "off"
     request = RunRequest(task=args.task, seeds=tuple(args.seed), proposer=args.proposer, sampler=args.sampler,
                          target=parse_speedup(args.target), budget=args.budget, seconds=parse_duration(args.time),
                          device=device, gpus=tuple(parse_gpus(args.gpus, device) or ()), resume=args.resume,

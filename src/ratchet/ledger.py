@@ -433,6 +433,23 @@ class Ledger:
             raise LedgerError(f"unknown attempt {attempt_id}")
         return _decode(row)
 
+    def add_attempt_extra(self, attempt_id: int, key: str, value: Any) -> bool:
+        """Add one key to a recorded attempt's ``extra`` (e.g. ``counters`` from ncu, read after the
+        verdict). Write-once: a key the attempt already has, or a field of the judge's verdict, is never
+        replaced; returns whether the key was added. The judge's own fields stay as they were recorded."""
+        if key in _VERDICT_COLUMNS:
+            raise LedgerError(f"'{key}' is a field of the judge's verdict, not an addition")
+        with self._write() as conn:
+            row = conn.execute("SELECT extra_json FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
+            if row is None:
+                raise LedgerError(f"unknown attempt {attempt_id}")
+            extra = json.loads(row[0] or "{}")
+            if key in extra:
+                return False
+            extra[key] = value
+            conn.execute("UPDATE attempts SET extra_json = ? WHERE id = ?", (_dumps(extra), attempt_id))
+            return True
+
     # -- the best so far -----------------------------------------------------------------------------
 
     def set_best(self, run_id: str, attempt_id: int) -> None:

@@ -4,6 +4,12 @@ Every attempt is written to the ledger before the next is proposed, so a run kil
 resumes (``ratchet run --resume RUN``) with no finished attempt lost or judged twice: the proposer is
 told the recorded outcomes again and never proposes them. On several GPUs one evaluation runs per GPU
 while the next candidates import and compile; outcomes are committed in proposal order.
+
+After an attempt on a GPU is kept (a new best; every passing one with ``counters="all"``), ncu profiles
+one call of it (``ratchet.ncu``) while the GPU's lock is held exclusively, so no timing runs beside the
+profile; its counters are stored with the attempt as ncu's, not the judge's (``record.attach_counters``),
+and explain the bottleneck class only. Kept ones only by default: a profile costs 10-40 s of the GPU
+(estimated, not yet measured), more than judging a microsecond kernel.
 """
 
 from __future__ import annotations
@@ -14,10 +20,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ratchet import ncu
 from ratchet.candidate import Candidate, load_candidate
 from ratchet.judge import JudgeOptions, evaluate
+from ratchet.judge.device_lock import holding
 from ratchet.ledger import Ledger
-from ratchet.record import record_and_keep
+from ratchet.record import attach_counters, record_and_keep
 from ratchet.search.base import Outcome, Proposal, Proposer
 from ratchet.task import Task
 
@@ -63,13 +71,19 @@ class LoopResult:
 class Loop:
     def __init__(self, ledger: Ledger, run_id: str, task: Task, proposer: Proposer, limits: RunLimits,
                  judge_options: list[JudgeOptions], on_event: Callable[[LoopEvent], None] | None = None,
-                 candidates: list[Candidate] | None = None):
+                 candidates: list[Candidate] | None = None, counters: str = "kept"):
         self.ledger, self.run_id, self.task, self.proposer = ledger, run_id, task, proposer
         self.limits, self.judge_options = limits, judge_options
         self.on_event = on_event or (lambda event: None)
         self.candidates = {c.sha256: c for c in candidates or []}
         self.failures: Counter = Counter()
         self.started = time.monotonic()
+        # ncu counters for kept ("kept") or all passing ("all") GPU attempts: off when asked ("off"), and
+        # for the rest of the run once ncu is missing or refused (every later profile would fail alike).
+        if counters not in ("kept", "all", "off"):
+            raise ValueError(f"counters must be 'kept', 'all' or 'off', not {counters!r}")
+        self.counters_all = counters == "all"
+        self.counters_off: str | None = "not asked for" if counters == "off" else None
 
     # -- resume ----------------------------------------------------------------------------------
     def replay(self) -> int:
@@ -110,8 +124,8 @@ class Loop:
                         stop = self._should_stop(pending=len(inflight))
                     if not inflight:
                         break
-                    proposal, future, _ = inflight.pop(0)  # commit in proposal order
-                    self._commit(proposal, future.result())
+                    proposal, future, options = inflight.pop(0)  # commit in proposal order
+                    self._commit(proposal, future.result(), options)
         except KeyboardInterrupt:
             self.ledger.set_status(self.run_id, "stopped", "interrupted (Ctrl-C); resume with --resume")
             raise
@@ -141,7 +155,7 @@ class Loop:
         verdict = evaluate(self.task, proposal.candidate, proposal.config, options)
         return verdict.to_json(with_times=True)
 
-    def _commit(self, proposal: Proposal, verdict: dict):
+    def _commit(self, proposal: Proposal, verdict: dict, options: JudgeOptions | None = None):
         attempt_id, decision = record_and_keep(
             self.ledger, self.run_id, proposal.candidate, proposal.config, verdict,
             proposal.proposer or self.proposer.name, parent_attempt=proposal.parent_attempt, idea=proposal.idea,
@@ -158,6 +172,26 @@ class Loop:
             speedup=verdict.get("speedup"), reasons=tuple(r["code"] for r in verdict["reasons"]), kept=decision.keep,
             keep_reason=decision.reason, best_speedup=now_best and now_best["speedup"],
             attempts=attempt["seq"], judge_wall_s=verdict.get("judge_wall_s", 0.0)))
+        if options is not None and (decision.keep or self.counters_all):
+            self._profile(proposal, verdict, attempt_id, options)
+
+    def _profile(self, proposal: Proposal, verdict: dict, attempt_id: int, options: JudgeOptions):
+        """ncu's counters for a committed passing GPU attempt: one profile at most, never raising."""
+        if self.counters_off or verdict["verdict"] != "pass" or options.device != "cuda":
+            return
+        binary, why = ncu.find_ncu()
+        if binary is None:
+            self.counters_off = why
+            return
+        with holding(options.device_lock, "exclusive"):  # nothing is timed on this GPU meanwhile
+            result = ncu.profile_judged(self.task, proposal.candidate, proposal.config, verdict["verdict"],
+                                        options.device, gpu_index=options.gpu_index)
+        if result.permanent:
+            self.counters_off = result.why
+        try:
+            attach_counters(self.ledger, attempt_id, result.to_json())
+        except Exception:  # counters are an extra: a ledger hiccup here must not end the run
+            pass
 
     def _should_stop(self, pending: int = 0) -> str | None:
         best = self.ledger.best(self.run_id)

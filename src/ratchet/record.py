@@ -32,3 +32,13 @@ def record_and_keep(ledger: Ledger, run_id: str, candidate: Candidate, config: M
     if decision.keep:
         ledger.set_best(run_id, attempt_id)
     return attempt_id, decision
+
+
+COUNTERS_KEY = "counters"  # in the attempt's extra; marked source "ncu": never the judge's
+
+
+def attach_counters(ledger: Ledger, attempt_id: int, counters: Mapping[str, Any]) -> bool:
+    """Store ncu's counters (``NcuResult.to_json()``) with a recorded attempt, after its verdict; at most
+    once per attempt. They explain the verdict and never change it, so the keep decision is not revisited.
+    Returns whether they were stored (False: the attempt has counters already)."""
+    return ledger.add_attempt_extra(attempt_id, COUNTERS_KEY, dict(counters))

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ratchet.bottleneck import RULE, classify_row
+from ratchet.bottleneck import COUNTER_RULE, RULE, classify_row_with_counters, labelled
 from ratchet.judge.verdict import Verdict
 
 _COLOR = {"pass": "green", "fail": "red", "error": "yellow"}
@@ -18,7 +18,8 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def print_verdict(verdict: Verdict, console: Console | None = None):
+def print_verdict(verdict: Verdict, console: Console | None = None, counters: dict | None = None):
+    """``counters``: ncu's (``NcuResult.to_json()``) for one shape, shown next to that row's class."""
     console = console or Console()
     color = _COLOR.get(verdict.verdict, "white")
     speed = f"  speedup {verdict.speedup:.3f}x (weighted geometric mean)" if verdict.speedup else ""
@@ -35,8 +36,10 @@ def print_verdict(verdict: Verdict, console: Console | None = None):
                           _fmt(s.median_us, ".2f"), _fmt(s.iqr_us, ".2f"), _fmt(s.ref_median_us, ".2f"),
                           _fmt(s.speedup, ".3f"), _fmt(s.achieved_tbps, ".3f"),
                           _fmt(s.roofline_fraction and 100 * s.roofline_fraction, ".1f") + "%",
-                          classify_row(asdict(s), verdict.ceilings))
+                          escape(labelled(*classify_row_with_counters(asdict(s), verdict.ceilings, counters))))
         console.print(table)
+    if counters:
+        console.print(escape(counters_line(counters)), soft_wrap=True)
     held = [s for s in verdict.shapes if s.held_out]
     if held:
         console.print(f"  held-out shapes checked: {', '.join(str(s.shape) for s in held)}")
@@ -71,8 +74,15 @@ def print_run(run: dict, attempts: list[dict], history: list[dict], ideas: list[
         for r in rows:
             table.add_row(" ".join(f"{k}={v}" for k, v in r["shape"].items()), r["dtype"], r["mode"] or "-",
                           _fmt(r["median_us"], ".2f"), _fmt(r["floor_us"], ".2f"),
-                          _fmt(r["roofline_fraction"] and 100 * r["roofline_fraction"], ".1f") + "%", r["class"])
+                          _fmt(r["roofline_fraction"] and 100 * r["roofline_fraction"], ".1f") + "%",
+                          escape(labelled(r["class"], r["counters"])))
         console.print(table)
+    profiled = [a for a in attempts if (a.get("extra") or {}).get("counters")]
+    if profiled:
+        console.print(escape(f"hardware counters by attempt (ncu, one profiled call each, not the judge's; "
+                             f"{COUNTER_RULE}):"), soft_wrap=True)
+        for a in profiled:
+            console.print(escape(f"  #{a['seq']} {counters_line(a['extra']['counters'], a)}"), soft_wrap=True)
     if ideas:
         console.print(f"ideas for {run['task']}:")
         for i in ideas:
@@ -84,8 +94,33 @@ def print_run(run: dict, attempts: list[dict], history: list[dict], ideas: list[
 
 def best_bottlenecks(attempt: dict) -> list[dict]:
     """The timed rows of an attempt, each with its bottleneck class (``ratchet.bottleneck``)."""
-    ceilings = (attempt.get("extra") or {}).get("ceilings")
-    return [{"shape": r["shape"], "dtype": r["dtype"], "mode": r.get("mode"), "median_us": r.get("median_us"),
-             "floor_us": r.get("floor_us"), "roofline_fraction": r.get("roofline_fraction"),
-             "class": classify_row(r, ceilings)}
-            for r in attempt.get("shapes") or [] if r.get("median_us")]
+    extra = attempt.get("extra") or {}
+    rows = []
+    for r in attempt.get("shapes") or []:
+        if r.get("median_us"):
+            klass, note = classify_row_with_counters(r, extra.get("ceilings"), extra.get("counters"))
+            rows.append({"shape": r["shape"], "dtype": r["dtype"], "mode": r.get("mode"), "median_us": r.get("median_us"),
+                         "floor_us": r.get("floor_us"), "roofline_fraction": r.get("roofline_fraction"),
+                         "class": klass, "counters": note})
+    return rows
+
+
+def counters_line(counters: dict, attempt: dict | None = None) -> str:
+    """One line on ncu's counters: the class they give on the profiled shape, or why there are none.
+    ``attempt`` (a ledger row) supplies the judged row for the class; without it (``ratchet eval``) the
+    caller's table already shows the class."""
+    where = " ".join(f"{k}={v}" for k, v in (counters.get("shape") or {}).items())
+    where = f"{where} {counters.get('dtype') or ''}".strip()
+    if not counters.get("available"):
+        return f"ncu counters not read ({counters.get('why') or 'unknown reason'})"
+    if attempt is None:
+        return f"counters from ncu on {where} (one profiled call, not the judge's; {COUNTER_RULE})"
+    extra = attempt.get("extra") or {}
+    for row in attempt.get("shapes") or []:
+        if row.get("median_us"):
+            klass, note = classify_row_with_counters(row, extra.get("ceilings"), counters)
+            if note:
+                return f"{labelled(klass, note)} on {where}"
+    from ratchet.ncu import describe
+
+    return f"{describe(counters.get('summary'))} on {where} (no judged row of that shape)"
