@@ -20,7 +20,7 @@ from ratchet.ledger import Ledger
 from ratchet.loop import Loop, RunLimits
 from ratchet.record import attach_counters
 from ratchet.search.tune import TuneProposer
-from ratchet.task import load_task
+from ratchet.task import BUILTIN_TASKS_DIR, load_task
 from test_ledger import SOURCE, make_verdict, new_run
 
 DATA = Path(__file__).parent / "data"
@@ -330,3 +330,26 @@ def test_eval_ncu_on_the_cpu_says_why_not(capsys):
     assert code == 0 and out["verdict"] == "pass"
     assert out["counters"]["source"] == "ncu" and out["counters"]["available"] is False
     assert "judged on the CPU" in out["counters"]["why"]
+
+
+# -- on a GPU: the real ncu ------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_gpu_ncu_profiles_the_rmsnorm_seed():
+    # The metric names, the raw CSV layout and the profiled range are checked here for real. Where ncu is
+    # missing or the counters are not permitted, the test says why instead of passing silently.
+    binary, why = ncu.find_ncu()
+    if binary is None:
+        pytest.skip(f"no ncu on this machine: {why}")
+    task = load_task("rmsnorm")
+    seed = BUILTIN_TASKS_DIR / "rmsnorm" / "seeds" / "triton_rowwise.py"
+    result = ncu.profile(task, str(seed), {}, {"T": 4096, "H": 4096}, "bfloat16", timeout_s=120)
+    if result.permanent:
+        pytest.skip(f"ncu cannot read counters here: {result.why}")
+    assert result.available, result.why
+    s = result.summary
+    assert s.kernels >= 1 and not s.capped
+    assert 0 < s.duration_us < 1000  # one call of a ~21 us kernel, measured under ncu's replay
+    assert 50 <= s.dram_pct <= 100  # a copy-like kernel: DRAM-bound
+    assert 0 <= s.sm_pct <= 100 and 0 < s.occupancy_pct <= 100 and s.registers > 0
