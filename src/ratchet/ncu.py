@@ -168,9 +168,10 @@ def largest_public_shape(task) -> tuple[dict, str]:
 def command(settings: NcuSettings, log_file: str, target_args: list[str]) -> list[str]:
     """The ncu command line: the raw page (one row per kernel, one column per metric) as CSV, base units,
     only what runs between cudaProfilerStart and Stop, into ``log_file`` (the candidate's own prints go
-    to stdout and cannot break the CSV)."""
+    to stdout and cannot break the CSV). ``--clock-control none``: ncu locks the GPU's clocks to base while
+    it profiles by default; Ratchet only reads the card's settings, never changes them."""
     return [settings.binary, "--csv", "--page", "raw", "--print-units", "base",
-            "--profile-from-start", "off", "--target-processes", "all",
+            "--profile-from-start", "off", "--target-processes", "all", "--clock-control", "none",
             "--launch-count", str(settings.launch_cap), "--metrics", ",".join(METRICS.values()),
             "--log-file", log_file, sys.executable, "-m", "ratchet.ncu_target", *target_args]
 
