@@ -417,6 +417,10 @@ def main():
     threading.excepthook = lambda args: None
     gc.collect()
     serve(conn)
+    # Nothing of the worker outlives its evaluation, so skip the interpreter's teardown: with torch
+    # loaded it took ~0.9 s per worker on the CPU, two per evaluation, all of it on the judge's wall time.
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
