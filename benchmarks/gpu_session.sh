@@ -7,6 +7,9 @@
 # Optuna and Liger are not on the GPU image: fetch wheels with ../shared/device/wheels.sh, carry .whl and
 # install them first (the line at the top of that script); PYTHONPATH set by it is kept.
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src PYTHONUNBUFFERED=1
+# Runs profile each new best with ncu by default; here the loop, the runs and e2e measure the judge and
+# the kernels, so ncu stays off unless asked (NCU=on); tests/test_ncu.py checks ncu itself.
+[ "${NCU:-off}" = on ] || export RATCHET_NCU=off
 OUT=${OUT:-out}; mkdir -p "$OUT"
 STAGES=${STAGES:-"tests eval_rmsnorm search loop"}
 DECODE=benchmarks/tasks/rmsnorm_decode.py  # microsecond rmsnorm shapes, bf16: ~half a minute per evaluation
@@ -22,7 +25,7 @@ run_gpu_tests() {
   for f in $files; do
     left=$(( deadline - $(date +%s) )); [ "$left" -lt 20 ] && { echo "== skipped (stage time spent): $f"; continue; }
     echo "== $f" >> "$OUT/pytest_gpu.log"
-    timeout "$left" python -m pytest -p no:cacheprovider -m gpu -rA --durations=0 --timeout "${TEST_TIMEOUT:-150}" \
+    env -u RATCHET_NCU timeout "$left" python -m pytest -p no:cacheprovider -m gpu -rA --durations=0 --timeout "${TEST_TIMEOUT:-150}" \
       --timeout-method thread "$f" >> "$OUT/pytest_gpu.log" 2>&1
     echo "== $f: exit $?"
   done
