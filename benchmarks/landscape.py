@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+from subset import subset_task
 
 from ratchet.candidate import Candidate
 from ratchet.judge.check import as_tuple, check_values
@@ -36,7 +37,7 @@ from ratchet.judge.evaluation import weighted_geomean_speedup
 from ratchet.judge.timing import CPU_POLICY, GPU_POLICY, LAUNCH_HOLD_US, TimingPolicy, cycles_for_us, summarize
 from ratchet.judge.verdict import ShapeResult
 from ratchet.judge.worker import Harness, classify_exception
-from ratchet.task import ShapeSet, StatisticalRule, Task
+from ratchet.task import StatisticalRule, Task
 
 
 @dataclass(frozen=True)
@@ -54,10 +55,11 @@ class _Failed(Exception):
 
 
 def restricted_task(task: Task, device: str, shapes: int) -> Task:
-    """The task on its first dtype and first ``shapes`` public shapes of ``device``, no held-out ones."""
-    public = list(task.shape_set(device).public)[:shapes]
-    only = ShapeSet(public=public, held_out=None)
-    return dataclasses.replace(task, gpu=only, cpu=only, dtypes=tuple(task.dtypes)[:1])
+    """``subset_task`` (first dtype, first ``shapes`` public shapes of ``device``) without held-out shapes:
+    a landscape times the public shapes only."""
+    sub = subset_task(task, device, shapes, first_dtype=True)
+    field = "cpu" if device == "cpu" else "gpu"
+    return dataclasses.replace(sub, **{field: dataclasses.replace(sub.shape_set(device), held_out=None)})
 
 
 def estimate_s(n_configs: int, n_shapes: int, policy: TimingPolicy, graphs: bool) -> float:

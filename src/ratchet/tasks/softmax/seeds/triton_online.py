@@ -9,9 +9,9 @@ row, so the row is split over several programs: pass 1 writes each piece's (m, s
 pass 2 combines a row's pieces (s_total = sum s_i * exp(m_i - m)) and writes its piece of the output,
 re-reading x (mostly from L2). PROGRAMS is the number of programs aimed at over the whole batch (the
 pieces per row follow from it and M); PROGRAMS == 1 is the plain one-program-per-row online softmax.
-On the H200 (2026-11-30, fp32, the default config, then 256 programs): 64 x 128256 took 34.5 us, 45% of
-the copy roofline, and 1 x 128256 7.2 us under a CUDA graph; more programs per row is the next thing
-the tuner can try (docs/NOTES.md).
+On the H200 (2026-11-30, fp32, the default config, which then meant 256 programs): 64 x 128256 took
+34.5 us, 45% of the copy roofline, and 1 x 128256 7.2 us under a CUDA graph; more programs per row is
+the next thing the tuner can try (docs/NOTES.md).
 """
 
 import torch
