@@ -213,6 +213,23 @@ def test_the_cpu_seeds_swap_in_without_changing_the_logits(op):
     _close(swapped, base, atol=2e-5)
 
 
+def test_a_loaded_kernel_runs_as_judged_inside_torch_compile():
+    # Dynamo must not trace an installed kernel (Inductor would recompile it with its own argument types:
+    # on the H200 the split-K attention seed got its scale as fp64 and failed to compile): one graph
+    # break per call, and the kernel's own output.
+    from ratchet.workloads import load_kernel
+
+    kernel = load_kernel(TASKS / "rmsnorm" / "seeds" / "cpu_torch.py")
+    x, w = torch.randn(4, 64), torch.randn(64)
+
+    def step(x, w):
+        return kernel(x.relu(), w, 1e-6) * 2.0
+
+    explained = torch._dynamo.explain(step)(x, w)
+    assert explained.graph_break_count == 1
+    _close(step(x, w), op_reference("rmsnorm")(x.relu(), w, 1e-6) * 2.0, atol=1e-6)
+
+
 def test_use_swaps_a_function_for_a_block():
     m = build("deepseek", "tiny", registry=OpRegistry())
     base = _logits(m)

@@ -117,7 +117,13 @@ def load_kernel(path: str | Path, config: Mapping[str, Any] | None = None) -> Ca
     kernel = getattr(module, "kernel", None)
     if not callable(kernel):
         raise CandidateError(f"{path}: kernel is not callable")
-    return functools.partial(kernel, **resolved) if resolved else kernel
+    bound = functools.partial(kernel, **resolved) if resolved else kernel
+    # Opaque to torch.compile: the judge passed the kernel as it runs eagerly, so a compiled model must
+    # run that same code. Traced by dynamo, a Triton kernel is recompiled by Inductor with its own
+    # argument types: on the H200 (2026-11-30) the split-K decode-attention seed got its float scale as
+    # fp64 there and failed to compile ("loop-carried variable m ... fp32 ... re-assigned to fp64").
+    # The cost is one graph break per call; CUDA graphs still capture the whole step.
+    return torch.compiler.disable(bound)
 
 
 def _check_name(name: str) -> None:

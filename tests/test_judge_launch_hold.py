@@ -1,0 +1,99 @@
+"""The launch hold: when launches outlast it (a busy host), the judge times the shape again with a longer
+hold instead of keeping times that include the launch path, and says so in the verdict.
+
+The decision is tested here with scripted worker replies (the worker reports ``launch_us`` only on
+CUDA); the GPU test runs a candidate whose host path really is slower than the hold.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from ratchet.candidate import load_candidate
+from ratchet.judge import JudgeOptions, evaluate
+from ratchet.judge.evaluation import Evaluation
+from ratchet.judge.timing import (EXPOSED_SHARE, LAUNCH_HOLD_US, MAX_HOLD_SCALE, TimingPolicy, launch_exposed,
+                                  too_many_exposed)
+from ratchet.task import load_task
+
+DATA = Path(__file__).parent / "data"
+TASK = load_task(str(DATA / "tasks" / "axpby.py"))
+POLICY = TimingPolicy(batch=8, min_reps=16, max_reps=64, target_rse=0.5, cap_s=5.0, warmup_calls=1)
+
+
+def test_a_launch_longer_than_the_hold_is_exposed():
+    assert launch_exposed(LAUNCH_HOLD_US + 1, 1)
+    assert not launch_exposed(LAUNCH_HOLD_US - 1, 1)
+    assert not launch_exposed(LAUNCH_HOLD_US + 1, 2)  # the doubled hold covers it
+    assert not launch_exposed(None, 1)  # the CPU reports no launch time
+
+
+def test_one_stray_slow_launch_does_not_restart_timing():
+    assert not too_many_exposed(1, 1000)
+    assert not too_many_exposed(int(EXPOSED_SHARE * 1000), 1000)
+    assert too_many_exposed(int(EXPOSED_SHARE * 1000) + 1, 1000)
+    assert too_many_exposed(2, 16)
+
+
+class _Scripted(Evaluation):
+    """An evaluation whose workers are replaced by replies: each call's launch takes ``launch_us`` of host
+    time, and its kernel ``us`` says which hold it was timed under."""
+
+    def __init__(self, launch_us: float):
+        super().__init__(TASK, load_candidate(DATA / "candidates" / "axpby_honest.py"), {},
+                         JudgeOptions(device="cpu", policy=POLICY, guards=False))
+        self.launch_us = launch_us
+        self.holds = []
+        self.cand, self.ref = "cand", "ref"
+
+    def _call(self, worker, shape, dtype, seed, **options):
+        hold = options["hold_scale"]
+        self.holds.append(hold)
+        us = 10.0 * hold + (1.0 if worker == "cand" else 2.0) + (seed % 7) * 0.01
+        return {"us": us, "wall_us": us + 5.0, "launch_us": self.launch_us}
+
+
+def test_exposed_launches_time_the_shape_again_with_a_doubled_hold():
+    run = _Scripted(launch_us=LAUNCH_HOLD_US * 1.5)  # outlasts a 1x hold, not a 2x one
+    timed = run._time_mode({"n": 8}, None, "eager")
+    assert timed["hold_scale"] == 2 and timed["exposed"] == 0
+    assert sorted(set(run.holds)) == [1, 2]
+    # Only the times under the final hold count, on both sides.
+    assert all(21.0 <= t < 21.1 for t in timed["cand_times"])
+    assert all(22.0 <= t < 22.1 for t in timed["ref_times"])
+
+
+def test_launches_that_outlast_every_hold_stop_at_the_longest_and_are_counted():
+    run = _Scripted(launch_us=LAUNCH_HOLD_US * MAX_HOLD_SCALE * 2)
+    timed = run._time_mode({"n": 8}, None, "eager")
+    assert timed["hold_scale"] == MAX_HOLD_SCALE
+    assert timed["exposed"] == len(timed["cand_times"]) + len(timed["ref_times"])
+    assert max(run.holds) == MAX_HOLD_SCALE
+
+
+def test_launches_within_the_hold_are_timed_once():
+    run = _Scripted(launch_us=LAUNCH_HOLD_US / 3)
+    timed = run._time_mode({"n": 8}, None, "eager")
+    assert timed["hold_scale"] == 1 and set(run.holds) == {1}
+
+
+@pytest.mark.gpu
+def test_gpu_a_slow_host_path_gets_a_longer_hold_and_a_note(tmp_path):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    slow = tmp_path / "axpby_slow_host.py"
+    # 0.5 ms of host work before each launch: longer than a 1x hold, shorter than a 2x one.
+    slow.write_text(
+        "import time\n\n"
+        "def kernel(x, y, a):\n"
+        "    end = time.perf_counter() + 0.0005\n"
+        "    while time.perf_counter() < end:\n"
+        "        pass\n"
+        "    return a * x + y\n"
+    )
+    verdict = evaluate(TASK, load_candidate(slow), None, JudgeOptions(device="cuda"))
+    assert verdict.verdict == "pass", verdict.reasons
+    notes = [n for n in verdict.notes if "launch hold" in n]
+    assert notes and all("2x launch hold" in n or "4x launch hold" in n for n in notes), verdict.notes
