@@ -24,6 +24,7 @@ import dataclasses
 import itertools
 import math
 import random
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -102,7 +103,8 @@ class Landscape:
                 mode, cand_us, ref_us = self._time(shape)
                 row.speedup = ref_us / cand_us if cand_us > 0 else None
                 rows.append(row)
-                shapes.append({"shape": shape, "mode": mode, "cand_us": round(cand_us, 3), "ref_us": round(ref_us, 3)})
+                shapes.append({"shape": shape, "mode": mode, "cand_us": round(cand_us, 3), "ref_us": round(ref_us, 3),
+                               "weight": row.weight})
         except _Failed as failed:
             verdict, reason = ("error" if failed.code in _ERRORS else "fail"), f"{failed.code}: {failed.detail}"
             if self.device == "cuda":
@@ -198,6 +200,38 @@ def measure_landscape(task: Task, candidate: Candidate, options: LandscapeOption
         if on_row:
             on_row(rows[-1])
     return rows
+
+
+def pooled_reference(table: dict, weight: Callable[[dict], float] = lambda shape: 1.0) -> dict:
+    """The table with every passing row's speedup taken against one reference time per shape and mode:
+    the median of that shape's reference times over all rows.
+
+    Each row timed the reference again beside its own config, so a row's speedup carries the reference's
+    noise too; ranking configs is about the candidate's times. On the H200 (2026-11-30) decode_attention's
+    reference at B=1, L=4096 read 55 to 276 us across the 12 rows of one landscape while the candidate read
+    16 to 24 us, which reordered the configs. A shape's weight is the one stored with it, else ``weight``.
+    """
+    refs: dict[tuple, list[float]] = {}
+    for row in table["rows"]:
+        for s in row.get("shapes") or []:
+            refs.setdefault((_key(s["shape"]), s["mode"]), []).append(s["ref_us"])
+    if not refs:
+        return table
+    pooled = {key: statistics.median(times) for key, times in refs.items()}
+    rows = []
+    for row in table["rows"]:
+        if row["verdict"] != "pass" or not row.get("shapes"):
+            rows.append(row)
+            continue
+        results = [ShapeResult(shape=s["shape"], dtype="", weight=s.get("weight", weight(s["shape"])),
+                               speedup=pooled[(_key(s["shape"]), s["mode"])] / s["cand_us"])
+                   for s in row["shapes"]]
+        rows.append(dict(row, speedup=weighted_geomean_speedup(results), own_reference_speedup=row["speedup"]))
+    return dict(table, rows=rows, reference="pooled: each shape's median reference time over all rows")
+
+
+def _key(shape: dict) -> tuple:
+    return tuple(sorted(shape.items()))
 
 
 # -- synthetic landscapes (NOT measurements) ---------------------------------------------------------

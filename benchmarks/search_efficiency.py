@@ -34,6 +34,7 @@ from ratchet.candidate import Candidate, load_candidate  # noqa: E402
 from ratchet.ledger import config_key  # noqa: E402
 from ratchet.search.base import Outcome  # noqa: E402
 from ratchet.search.tune import TuneProposer, TuneSettings  # noqa: E402
+from ratchet.task import load_task  # noqa: E402
 
 WITHIN = 0.98
 ROOT = Path(__file__).parent.parent
@@ -115,7 +116,20 @@ def replay(table: dict, sampler: str, search_seed: int, settings: TuneSettings |
     return len(by_key), seconds
 
 
-def summarize_table(table: dict, searches: dict, seeds: int, judge_s: float | None) -> list[dict]:
+def shape_weight(task_name: str):
+    """The task's shape weights, for tables saved before each shape kept its weight (1 if unknown)."""
+    try:
+        return load_task(task_name).shape_weight
+    except Exception:
+        return lambda shape: 1.0
+
+
+def summarize_table(table: dict, searches: dict, seeds: int, judge_s: float | None,
+                    own_reference: bool = False) -> list[dict]:
+    if not own_reference:
+        from landscape import pooled_reference
+
+        table = pooled_reference(table, shape_weight(table["task"]))
     n = len(table["rows"])
     name = Path(table["seed_file"]).name if table.get("seed_file") else table["task"]
     exhaustive = sum(trial_seconds(r, judge_s) for r in table["rows"])
@@ -153,6 +167,10 @@ def main():
     parser.add_argument("--synthetic", type=int, default=0, help="also replay N synthetic (model) landscapes")
     parser.add_argument("--variants", action="store_true", help="replay the TPE variants of VARIANTS too")
     parser.add_argument("--judge-seconds", type=float, default=None, help="GPU seconds one trial costs")
+    parser.add_argument("--own-reference", action="store_true",
+                        help="score each config against the reference timed beside it (default: against each "
+                             "shape's median reference over the whole table, which keeps the reference's noise "
+                             "out of the ranking)")
     parser.add_argument("--search-seeds", type=int, default=21)
     parser.add_argument("--out", default="out")
     args = parser.parse_args()
@@ -162,8 +180,10 @@ def main():
     if args.variants:
         searches.update({name: ("tpe", settings) for name, settings in VARIANTS.items()})
     cost = f"{args.judge_seconds:g} s per trial" if args.judge_seconds else "the seconds each table recorded per config"
+    scored = ("each against the reference timed beside it" if args.own_reference else
+              "landscape rows against each shape's median reference time over the table")
     note = (f"Trials to within 2% of the exhaustive best, median over {args.search_seeds} search seeds; "
-            f"a trial costs {cost}.")
+            f"a trial costs {cost}; configs scored {scored}.")
     tables = [json.loads(Path(t).read_text()) for t in args.table]
     if args.synthetic:
         from landscape import synthetic_table
@@ -172,7 +192,7 @@ def main():
     seeds = [Path(p) for p in args.seed_files] + (triton_seeds() if args.all_triton_seeds else [])
     rows = []
     for table in tables:
-        rows += summarize_table(table, searches, args.search_seeds, args.judge_seconds)
+        rows += summarize_table(table, searches, args.search_seeds, args.judge_seconds, args.own_reference)
         print(write(rows, out, note).splitlines()[-1], flush=True)
     if seeds:
         import torch
@@ -193,7 +213,7 @@ def main():
             landscape = out / "landscapes" / f"{path.parent.parent.name}__{path.stem}.json"
             table = measure(path, device, args.shapes, args.full_judge, landscape, args.task)
             if any(r["speedup"] for r in table["rows"]):
-                rows += summarize_table(table, searches, args.search_seeds, args.judge_seconds)
+                rows += summarize_table(table, searches, args.search_seeds, args.judge_seconds, args.own_reference)
             print(write(rows, out, note), flush=True)  # partial results after every seed
     if not rows:
         parser.error("nothing to do: give --table, --synthetic, --seed-files or --all-triton-seeds")

@@ -27,3 +27,25 @@ def test_replay_counts_trials_to_the_best(tmp_path):
     assert lines["grid"][8].strip() == "10"  # five trials of 2 judge seconds
     for sampler in ("tpe", "random"):
         assert 1 <= float(lines[sampler][6]) <= 8
+
+
+def test_pooled_reference_ranks_configs_by_their_own_times():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from landscape import pooled_reference
+
+    def row(cand_us, ref_us, verdict="pass"):
+        shapes = [{"shape": {"N": 8}, "mode": "eager", "cand_us": cand_us, "ref_us": ref_us, "weight": 1.0}]
+        return {"config": {"C": cand_us}, "verdict": verdict, "speedup": ref_us / cand_us, "shapes": shapes}
+
+    # The slower config (10 us) drew a slow reference beside it (100 us) and looked 10x; the faster one
+    # (9 us) drew a quick one (50 us) and looked 5.6x. Against the shapes' median reference (75 us) the
+    # faster config ranks first. A failed row is left as it was.
+    table = {"task": "axpby", "rows": [row(10.0, 100.0), row(9.0, 50.0), row(8.0, 75.0, "fail")]}
+    pooled = pooled_reference(table)
+    speedups = [r["speedup"] for r in pooled["rows"]]
+    assert abs(speedups[0] - 7.5) < 1e-12 and abs(speedups[1] - 75.0 / 9.0) < 1e-12
+    assert [r["own_reference_speedup"] for r in pooled["rows"][:2]] == [10.0, 50.0 / 9.0]
+    assert pooled["rows"][2] is table["rows"][2]
+    # A full-judge table (no per-shape times) is returned unchanged.
+    bare = {"task": "axpby", "rows": [{"config": {}, "verdict": "pass", "speedup": 2.0}]}
+    assert pooled_reference(bare) is bare
