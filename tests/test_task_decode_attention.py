@@ -25,6 +25,7 @@ SHAPES = [
     {"B": 3, "Hq": 8, "Hkv": 2, "L": 257, "D": 32},
     {"B": 2, "Hq": 14, "Hkv": 2, "L": 131, "D": 16},
     {"B": 2, "Hq": 4, "Hkv": 4, "L": 77, "D": 96},
+    {"B": 2, "Hq": 32, "Hkv": 1, "L": 63, "D": 576},  # MLA-like: two blocks of 16 heads, D padded to 1024
 ]
 # The real head layout (Llama-3-8B) at a size torch does in a blink on the CPU: for the wrong kernels.
 LLAMA = {"B": 6, "Hq": 32, "Hkv": 8, "L": 512, "D": 128}
@@ -165,6 +166,20 @@ def test_triton_seeds_match_reference(triton_seed, shape):
     _assert_matches(triton_seed[1].kernel(*inputs), inputs)
 
 
+def test_wide_heads_go_in_blocks_that_fit_an_sm(triton_seed):
+    # DeepSeek's absorbed MLA (G = 128, D = 576): 8 programs of 16 heads, 16 positions per block (the config's
+    # 64 asked for ~1 MB of shared memory on the H200); Llama's D = 128 keeps whole groups and the config's block.
+    tiles = triton_seed[1].tiles
+    assert tiles(128, 576, 64) == (16, 1024, 16, 8)
+    assert tiles(4, 128, 64) == (16, 128, 64, 1)
+    assert tiles(64, 128, 128) == (64, 128, 128, 1)
+    assert tiles(5, 96, 32) == (16, 128, 32, 1)
+    for G, D, block in ((128, 576, 64), (64, 128, 128), (32, 576, 32)):
+        block_g, block_d, block_l, _ = tiles(G, D, block)
+        assert block_g * block_d <= 8192 or block_g == 16
+        assert block_l * block_d <= 16384 and block_l >= 16
+
+
 def test_every_triton_config_is_correct_on_an_odd_shape(triton_seed):
     # L = 201 and lengths from 25 to 201: pieces of the split kernel past a short row are empty.
     name, module = triton_seed
@@ -227,8 +242,8 @@ def test_tolerance_margins_at_a_large_batch():
 def test_shapes_cost_and_weights():
     public = TASK.gpu.public
     assert 10 <= len(public) <= 14
-    assert {(s["Hq"], s["Hkv"], s["D"]) for s in public} == {(32, 8, 128), (64, 8, 128)}
-    assert {s["B"] for s in public} == {1, 8, 64, 256}
+    assert {(s["Hq"], s["Hkv"], s["D"]) for s in public} == {(32, 8, 128), (64, 8, 128), (128, 1, 576)}
+    assert {s["B"] for s in public} == {1, 8, 32, 64, 256}
     assert {s["L"] for s in public} >= {1024, 4096, 32768, 131072}
     batch_context = {(s["B"], s["L"]) for s in public}
     assert {(1, 4096), (1, 32768), (1, 131072), (8, 32768), (64, 4096), (256, 1024)} <= batch_context
@@ -283,7 +298,8 @@ def test_judge_passes_the_cpu_seed():
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [{"B": 3, "Hq": 32, "Hkv": 8, "L": 4099, "D": 128},
                                    {"B": 1, "Hq": 64, "Hkv": 8, "L": 32768, "D": 128},
-                                   {"B": 2, "Hq": 40, "Hkv": 8, "L": 1001, "D": 96}], ids=_ids)
+                                   {"B": 2, "Hq": 40, "Hkv": 8, "L": 1001, "D": 96},
+                                   {"B": 2, "Hq": 128, "Hkv": 1, "L": 8193, "D": 576}], ids=_ids)
 def test_seeds_on_the_gpu(shape):
     inputs = TASK.make_inputs(shape, BF16, "cuda", torch.Generator(device="cuda").manual_seed(0))
     ref = TASK.reference(*_upcast(inputs, TASK.reference_dtype)).cpu()

@@ -120,6 +120,12 @@ _MODELS = ((32, 8, 128), (64, 8, 128))
 # ships every correctness call's inputs back through a pipe.
 _LLAMA_8B_BL = ((1, 4096), (1, 32768), (1, 131072), (8, 4096), (8, 32768), (64, 4096), (256, 1024))
 _LLAMA_70B_BL = ((1, 4096), (1, 131072), (8, 32768), (64, 4096), (256, 1024))
+# DeepSeek-V3's MLA with the up-projections absorbed (what its decode runs, and the deepseek workload): all 128
+# query heads attend to one cached latent of 512 plus the 64-wide shared rope key, D = 576 (in the model
+# k_cache and v_cache are the same tensor; here they are two). A single stream at 32k and 32 streams at 8k:
+# 2 * 576 * B * L bytes of cache, at most 0.6 GiB.
+_DEEPSEEK_MLA = (128, 1, 576)
+_DEEPSEEK_BL = ((1, 32768), (32, 8192))
 
 
 def _shape(model, B, L):
@@ -133,7 +139,8 @@ TASK = Task(
     make_inputs=make_inputs,
     gpu=ShapeSet(
         public=[_shape(_MODELS[0], b, l) for b, l in _LLAMA_8B_BL]
-        + [_shape(_MODELS[1], b, l) for b, l in _LLAMA_70B_BL],
+        + [_shape(_MODELS[1], b, l) for b, l in _LLAMA_70B_BL]
+        + [_shape(_DEEPSEEK_MLA, b, l) for b, l in _DEEPSEEK_BL],
         # Odd contexts up to 128k (B <= 3 keeps the largest draw at 1.5 GiB of cache), group sizes 1 to 64:
         # Hq 40 or 56 over Hkv 8 gives groups of 5 and 7 (not powers of two), Hkv 1 is multi-query attention.
         # D 64 and 96 (Phi-3's, not a power of two) catch kernels that assume the public head size.
@@ -146,6 +153,8 @@ TASK = Task(
             {"B": 2, "Hq": 4, "Hkv": 2, "L": 100, "D": 16},
             {"B": 3, "Hq": 8, "Hkv": 2, "L": 257, "D": 32},
             {"B": 2, "Hq": 4, "Hkv": 4, "L": 129, "D": 32},
+            # MLA-like: a 32-head group over one kv head of 576 (kernels that tile wide heads in blocks).
+            {"B": 2, "Hq": 32, "Hkv": 1, "L": 63, "D": 576},
         ],
         held_out=ShapeRange(dims={"B": [1, 2, 3], "Hq": [4, 8], "Hkv": [1, 2, 4], "L": (17, 301), "D": [16, 32]},
                             count=2),
@@ -171,8 +180,8 @@ TASK = Task(
         "not be read into the result); out[b, h] = softmax(q . k / sqrt(D)) . v with fp32 scores, softmax and "
         "accumulation, rounded once to bf16 (apply the scale to the fp32 scores or to an fp32 q: a bf16 copy of "
         "q * scale is an extra rounding the tolerance barely admits). Shapes: Llama-3-8B (Hq 32, Hkv 8, D 128) "
-        "and 70B (Hq 64), "
-        "batch 1 to 256, contexts 1k to 128k. It is memory-bound: the cost is reading the valid part of the "
+        "and 70B (Hq 64), batch 1 to 256, contexts 1k to 128k, and DeepSeek-V3's absorbed MLA (Hq 128 over one "
+        "kv head of D 576 = 512 latent + 64 rope) at 1 x 32k and 32 x 8k. It is memory-bound: the cost is reading the valid part of the "
         "cache once. One program per (sequence, kv head) leaves an H200's 132 SMs idle at small batches, so "
         "long contexts want the context split across programs (flash-decoding). Any group size, head size "
         "and odd L must work; torch's scaled_dot_product_attention is forbidden."

@@ -11,9 +11,14 @@ On the CPU (Triton's interpreter, for tests) two things differ, behind the EMULA
 multiplies the raw bits of bf16 operands in tl.dot and truncates fp32 -> bf16 casts, so there the operands
 are fp32 carrying exactly the bf16 values a GPU would use (rounded to nearest even by hand) and the dot is
 an exact fp32 one: the same numbers as on the GPU.
+Wide heads go in blocks: a [BLOCK_G, BLOCK_D] tile holds at most 8192 elements, so Llama's D = 128 keeps
+groups of up to 64 heads whole, and DeepSeek-V3's absorbed MLA (128 heads over one latent kv head, D = 576)
+runs 8 programs of 16 heads per sequence, launched side by side so the later ones read keys and values
+from L2.
 B * Hkv programs are plenty at batch 64 and beyond, but a single sequence gets only 8 (Hkv) of an H200's 132
-SMs, each walking the whole context: that is what triton_split_k.py is about.
-Not yet measured on a GPU.
+SMs, each walking the whole context: that is what triton_split_k.py is about. On the H200 (2026-11-30,
+docs/measurements/2026-11-30-h200-session4): 68 us at B = 1, L = 4096 (6% of the roofline), 0.8-0.92 of it
+from B = 64.
 """
 
 import math
@@ -23,6 +28,20 @@ import triton
 import triton.language as tl
 
 SPACE = {"BLOCK_L": [64, 32, 128], "num_warps": [4, 8]}
+
+# Elements of the [BLOCK_G, BLOCK_D] query and accumulator tiles and of the [BLOCK_L, BLOCK_D] key and value
+# tiles: with Llama's D = 128 a whole group of up to 64 heads stays in one program and BLOCK_L is the config's;
+# DeepSeek-V3's absorbed MLA (G = 128, D = 576 padded to 1024) gets 16 heads and 16 positions per program and
+# block, which fits an SM's shared memory (the config's 64 positions would ask for ~1 MB on an H200).
+_MAX_TILE = 8192
+
+
+def tiles(G, D, BLOCK_L):
+    """(BLOCK_G, BLOCK_D, BLOCK_L, head blocks) for a group of G heads of size D."""
+    block_d = max(16, triton.next_power_of_2(D))
+    block_g = max(16, min(triton.next_power_of_2(G), _MAX_TILE // block_d))
+    block_l = max(16, min(BLOCK_L, 2 * _MAX_TILE // block_d))
+    return block_g, block_d, block_l, triton.cdiv(G, block_g)
 
 
 @triton.jit
@@ -58,10 +77,12 @@ def _decode_gqa(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr,
                 stride_qb, stride_qh, stride_kb, stride_kh, stride_kl, stride_vb, stride_vh, stride_vl,
                 stride_ob, stride_oh, scale, G, D,
                 BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr, EMULATE: tl.constexpr):
-    b = tl.program_id(0).to(tl.int64)  # int64: offsets into a large cache can pass 2^31
-    kvh = tl.program_id(1).to(tl.int64)
+    # Head blocks of one (sequence, kv head) are neighbours in launch order: they read the same keys and
+    # values at about the same time, so all but the first read them from L2.
+    g = tl.program_id(0) * BLOCK_G + tl.arange(0, BLOCK_G)
+    b = tl.program_id(1).to(tl.int64)  # int64: offsets into a large cache can pass 2^31
+    kvh = tl.program_id(2).to(tl.int64)
     seq_len = tl.load(lens_ptr + b)
-    g = tl.arange(0, BLOCK_G)
     d = tl.arange(0, BLOCK_D)
     cols = tl.arange(0, BLOCK_L)
     head_ok = g < G
@@ -81,7 +102,8 @@ def _decode_gqa(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr,
         valid = pos < seq_len
         tile_ok = valid[:, None] & d_ok[None, :]
         k = tl.load(k_row + pos[:, None] * stride_kl + d[None, :], mask=tile_ok, other=0.0)
-        scores = _dot(q, tl.trans(k), EMULATE) * scale  # [BLOCK_G, BLOCK_L], fp32
+        # fp32 by a cast: torch.compile's Inductor may hand the scale over as fp64
+        scores = (_dot(q, tl.trans(k), EMULATE) * scale).to(tl.float32)  # [BLOCK_G, BLOCK_L]
         scores = tl.where(valid[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         alpha = tl.exp(m - m_new)
@@ -95,6 +117,11 @@ def _decode_gqa(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr,
              _bf16(out, EMULATE).to(out_ptr.dtype.element_ty), mask=head_ok[:, None] & d_ok[None, :])
 
 
+def _stages(block_d):
+    """Two pipeline stages for wide heads: three copies of [16, 1024] key and value tiles overflow an SM."""
+    return {"num_stages": 2} if block_d > 256 else {}
+
+
 def kernel(q, k_cache, v_cache, seq_lens, BLOCK_L=64, num_warps=4):
     # The kernel walks the head dim with unit stride.
     q, k_cache, v_cache = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k_cache, v_cache))
@@ -105,12 +132,13 @@ def kernel(q, k_cache, v_cache, seq_lens, BLOCK_L=64, num_warps=4):
     out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
     if B == 0 or Hq == 0:
         return out
-    _decode_gqa[(B, Hkv)](
+    block_g, block_d, block_l, head_blocks = tiles(G, D, BLOCK_L)
+    _decode_gqa[(head_blocks, B, Hkv)](
         q, k_cache, v_cache, seq_lens, out,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
         1.0 / math.sqrt(D), G, D,
-        BLOCK_G=max(16, triton.next_power_of_2(G)), BLOCK_D=max(16, triton.next_power_of_2(D)), BLOCK_L=BLOCK_L,
-        EMULATE=q.device.type == "cpu", num_warps=num_warps,
+        BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_L=block_l,
+        EMULATE=q.device.type == "cpu", num_warps=num_warps, **_stages(block_d),
     )
     return out

@@ -11,8 +11,10 @@ in the merge (piece 0 is never empty, so m is finite). Lengths never leave the d
 comes from the padded L), so the kernel can be captured in a CUDA graph.
 SPLITS == 0 picks enough pieces for ~4 programs per SM, at least 4 blocks each; with one piece (large
 batches) the first kernel writes the normalized output itself and the merge is skipped.
+Wide heads go in blocks of 16 (DeepSeek-V3's absorbed MLA: G = 128, D = 576), as in triton_gqa.py.
 The EMULATE helpers make the interpreter (CPU tests) compute what the GPU does; see triton_gqa.py.
-Not yet measured on a GPU.
+On the H200 (2026-11-30, docs/measurements/2026-11-30-h200-session4): 16 us at B = 1, L = 4096 and 51-58 us
+at L = 32768 (issue 5 asks for 8 and 35), 0.85-0.92 of the roofline at B = 8 to 256.
 """
 
 import functools
@@ -25,6 +27,7 @@ import triton.language as tl
 SPACE = {"SPLITS": [0, 8, 32], "BLOCK_L": [64, 32], "num_warps": [4, 8]}
 
 _PROGRAMS_PER_SM = 4
+_MAX_TILE = 8192  # elements of a [BLOCK_G, BLOCK_D] or [BLOCK_L, BLOCK_D] / 2 tile: see triton_gqa.py
 _MIN_BLOCKS_PER_SPLIT = 4
 _DEFAULT_SMS = 132  # an H100 / H200; the interpreter has no SMs to ask about
 
@@ -65,14 +68,16 @@ def _dot(a, b, EMULATE: tl.constexpr):
 @triton.jit
 def _split_partials(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr, m_ptr, s_ptr, acc_ptr,
                     stride_qb, stride_qh, stride_kb, stride_kh, stride_kl, stride_vb, stride_vh, stride_vl,
-                    stride_ob, stride_oh, scale, Hq, G, D, CHUNK, SPLITS,
+                    stride_ob, stride_oh, scale, Hq, Hkv, G, D, CHUNK, SPLITS,
                     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
                     DIRECT: tl.constexpr, EMULATE: tl.constexpr):
-    b = tl.program_id(0).to(tl.int64)  # int64: offsets into a large cache can pass 2^31
-    kvh = tl.program_id(1).to(tl.int64)
+    # Head blocks of one (sequence, kv head, piece) are neighbours in launch order: they read the same keys
+    # and values at about the same time, so all but the first read them from L2.
+    g = tl.program_id(0) * BLOCK_G + tl.arange(0, BLOCK_G)
+    b = tl.program_id(1).to(tl.int64) // Hkv  # int64: offsets into a large cache can pass 2^31
+    kvh = tl.program_id(1).to(tl.int64) % Hkv
     split = tl.program_id(2)
     seq_len = tl.load(lens_ptr + b)
-    g = tl.arange(0, BLOCK_G)
     d = tl.arange(0, BLOCK_D)
     cols = tl.arange(0, BLOCK_L)
     head_ok = g < G
@@ -91,7 +96,8 @@ def _split_partials(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr, m_ptr, s_ptr, acc_pt
         valid = pos < seq_len
         tile_ok = valid[:, None] & d_ok[None, :]
         k = tl.load(k_row + pos[:, None] * stride_kl + d[None, :], mask=tile_ok, other=0.0)
-        scores = _dot(q, tl.trans(k), EMULATE) * scale  # [BLOCK_G, BLOCK_L], fp32
+        # fp32 by a cast: torch.compile's Inductor may hand the scale over as fp64 (it did on the H200)
+        scores = (_dot(q, tl.trans(k), EMULATE) * scale).to(tl.float32)  # [BLOCK_G, BLOCK_L]
         scores = tl.where(valid[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))  # finite: every block holds a valid position
         alpha = tl.exp(m - m_new)
@@ -134,14 +140,23 @@ def _merge_splits(m_ptr, s_ptr, acc_ptr, out_ptr, stride_ob, stride_oh, Hq, D, S
              mask=d_ok)
 
 
-def _split_count(B, Hkv, L, block, device, requested):
+def _split_count(programs, L, block, device, requested):
+    """Pieces of the context, for ``programs`` programs per piece (B x Hkv x head blocks)."""
     blocks = triton.cdiv(L, block)
     if requested:
         return max(1, min(requested, blocks))
     sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device()) \
         if device.type == "cuda" else _DEFAULT_SMS
-    want = triton.cdiv(_PROGRAMS_PER_SM * sms, B * Hkv)
+    want = triton.cdiv(_PROGRAMS_PER_SM * sms, programs)
     return max(1, min(want, blocks // _MIN_BLOCKS_PER_SPLIT))
+
+
+def tiles(G, D, BLOCK_L):
+    """(BLOCK_G, BLOCK_D, BLOCK_L, head blocks) for a group of G heads of size D (see triton_gqa.py)."""
+    block_d = max(16, triton.next_power_of_2(D))
+    block_g = max(16, min(triton.next_power_of_2(G), _MAX_TILE // block_d))
+    block_l = max(16, min(BLOCK_L, 2 * _MAX_TILE // block_d))
+    return block_g, block_d, block_l, triton.cdiv(G, block_g)
 
 
 def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4):
@@ -154,25 +169,27 @@ def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4):
     out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
     if B == 0 or Hq == 0:
         return out
-    splits = _split_count(B, Hkv, L, BLOCK_L, q.device, SPLITS)
-    chunk = triton.cdiv(triton.cdiv(L, splits), BLOCK_L) * BLOCK_L  # whole blocks per piece
+    block_g, block_d, block_l, head_blocks = tiles(G, D, BLOCK_L)
+    splits = _split_count(B * Hkv * head_blocks, L, block_l, q.device, SPLITS)
+    chunk = triton.cdiv(triton.cdiv(L, splits), block_l) * block_l  # whole blocks per piece
     splits = triton.cdiv(L, chunk)  # no piece past L
     direct = splits == 1
     emulate = q.device.type == "cpu"
-    block_d = max(16, triton.next_power_of_2(D))
     if direct:  # nothing to merge: the workspace arguments are never touched
         m_ws = s_ws = acc_ws = out
     else:
         m_ws = torch.empty((B, Hq, splits), dtype=torch.float32, device=q.device)
         s_ws = torch.empty((B, Hq, splits), dtype=torch.float32, device=q.device)
         acc_ws = torch.empty((B, Hq, splits, D), dtype=torch.float32, device=q.device)
-    _split_partials[(B, Hkv, splits)](
+    _split_partials[(head_blocks, B * Hkv, splits)](
         q, k_cache, v_cache, seq_lens, out, m_ws, s_ws, acc_ws,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
-        1.0 / math.sqrt(D), Hq, G, D, chunk, splits,
-        BLOCK_G=max(16, triton.next_power_of_2(G)), BLOCK_D=block_d, BLOCK_L=BLOCK_L,
+        1.0 / math.sqrt(D), Hq, Hkv, G, D, chunk, splits,
+        BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_L=block_l,
         DIRECT=direct, EMULATE=emulate, num_warps=num_warps,
+        # Two pipeline stages for wide heads: three copies of [16, 1024] key and value tiles overflow an SM.
+        **({"num_stages": 2} if block_d > 256 else {}),
     )
     if not direct:
         _merge_splits[(B, Hq)](m_ws, s_ws, acc_ws, out, out.stride(0), out.stride(1), Hq, D, splits,
