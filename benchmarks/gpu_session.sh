@@ -87,7 +87,7 @@ done
 [ -s "$OUT/eval_rmsnorm.json" ] && python - "$OUT/eval_rmsnorm.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-print("== ratchet eval rmsnorm:", d["verdict"], d["speedup"], "judge", d["judge_wall_s"], "s", d.get("phases_s"),
+print("== ratchet eval rmsnorm:", d["verdict"], d["speedup"], "judge", d["judge_wall_s"], "s", d.get("phases_s"), d.get("timed_calls"),
       [r["code"] for r in d["reasons"]])
 EOF
 exit 0

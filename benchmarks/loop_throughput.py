@@ -52,6 +52,21 @@ def phase_means(attempts: list[dict]) -> str:
     return ", ".join(parts) or "-"
 
 
+def timed_call_means(attempts: list[dict]) -> str:
+    """Mean host microseconds per timed call and per part (the judge's timed_calls, weighted by calls):
+    inside the timing phase, how much of a call is the kernel and how much is around it."""
+    calls, sums = 0, {}
+    for a in attempts:
+        timed = (a.get("extra") or {}).get("timed_calls") or {}
+        n = timed.get("calls") or 0
+        calls += n
+        for part, us in (timed.get("mean_us") or {}).items():
+            sums[part] = sums.get(part, 0.0) + us * n
+    if not calls:
+        return "-"
+    return f"{calls} timed calls, us per call: " + ", ".join(f"{part} {total / calls:.0f}" for part, total in sums.items())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="rmsnorm")
@@ -66,7 +81,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp, Ledger(Path(tmp) / "ledger.sqlite") as ledger:
         start_or_resume(ledger, RunRequest(task=args.task, budget=args.budget, device=device), Console(stderr=True))
         attempts = ledger.list_runs()[0]["attempts"]
-        phases = phase_means(ledger.attempts(ledger.list_runs()[0]["id"]))
+        recorded = ledger.attempts(ledger.list_runs()[0]["id"])
+        phases, calls = phase_means(recorded), timed_call_means(recorded)
     wall = time.perf_counter() - t0
     busy = None
     if sampler:
@@ -76,7 +92,7 @@ def main():
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     text = (f"{name}, {time.strftime('%Y-%m-%d')}, {args.task}: {attempts} attempts in {wall:.0f} s = "
             f"{60 * attempts / wall:.1f} candidates/min; GPU busy {'-' if busy is None else f'{busy:.0f}%'}; "
-            f"mean per attempt: {phases}")
+            f"mean per attempt: {phases}; {calls}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "loop_throughput.txt").write_text(text + "\n")
     print(text)

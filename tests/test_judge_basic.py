@@ -102,3 +102,17 @@ def test_device_lock_holds_back_everything_after_the_first_call():
     lock.release()
     thread.join(timeout=120)
     assert done["v"].verdict == "pass" and not lock.locked()
+
+
+def test_timed_calls_say_where_the_timing_time_went():
+    v = judge("honest", JudgeOptions(device="cpu"))
+    assert v.verdict == "pass", v.reasons
+    public = [s for s in v.shapes if not s.held_out]
+    # Every timed call of both sides (warm-up calls not counted), and each part's mean host time.
+    assert v.timed_calls["calls"] == 2 * sum(s.reps for s in public)
+    means = v.timed_calls["mean_us"]
+    assert set(means) == {"inputs", "prepare", "launch", "sync", "checks", "round_trip", "kernel"}
+    assert all(value >= 0 for value in means.values())
+    assert means["launch"] >= means["kernel"] * 0.5  # on the CPU the launch is the call itself
+    per_call_s = sum(value for key, value in means.items() if key != "kernel") * v.timed_calls["calls"] / 1e6
+    assert per_call_s <= v.phases_s["timing"]

@@ -24,8 +24,8 @@ from ratchet.judge.device_lock import holding
 from ratchet.judge.guards import suspect_source
 from ratchet.judge.process import Limits, WorkerFailure, WorkerProcess
 from ratchet.judge.worker import sample_indices
-from ratchet.judge.timing import (CPU_POLICY, GPU_POLICY, MAX_HOLD_SCALE, TimingPolicy, launch_exposed, summarize,
-                                  too_many_exposed)
+from ratchet.judge.timing import (CPU_POLICY, GPU_POLICY, HOST_PARTS, MAX_HOLD_SCALE, TimingPolicy, launch_exposed,
+                                  summarize, too_many_exposed)
 from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES, Reason, ShapeResult, Verdict, verdict_from_reasons
 from ratchet.task import StatisticalRule, Task
 
@@ -81,6 +81,7 @@ class Evaluation:
         self.ref: WorkerProcess | None = None
         self.first_call = True
         self._expected: dict = {}
+        self.call_costs = CallCosts()  # where the timed calls' wall time went, over all shapes
 
     # -- the whole evaluation --------------------------------------------------------------------
     def run(self) -> Verdict:
@@ -100,8 +101,11 @@ class Evaluation:
             verdict.phases_s["correctness"] = round(time.perf_counter() - mark, 3)
             if self.opts.time_it:
                 mark = time.perf_counter()
-                self._timing([r for r in rows if not r.held_out], verdict)
-                verdict.phases_s["timing"] = round(time.perf_counter() - mark, 3)
+                try:
+                    self._timing([r for r in rows if not r.held_out], verdict)
+                finally:
+                    verdict.phases_s["timing"] = round(time.perf_counter() - mark, 3)
+                    verdict.timed_calls = self.call_costs.summary()
             verdict.shapes = rows
         except Abort as abort:
             verdict.reasons = abort.reasons
@@ -354,6 +358,7 @@ class Evaluation:
         pending = []  # timed calls whose outputs are checked after timing, restarts included
         while True:
             run = self._measure(shape, dtype, label, extra, pending)
+            self.call_costs.merge(run["host"])
             if not too_many_exposed(run["exposed"], len(run["times"]["cand"]) * 2) \
                     or extra["hold_scale"] >= MAX_HOLD_SCALE:
                 break
@@ -380,6 +385,7 @@ class Evaluation:
         overhead = {"cand": [], "ref": []}
         gaps = {"cand": [], "ref": []}
         exposed = 0
+        host = CallCosts()
         started = time.perf_counter()
         while True:
             order = ["cand", "ref"]
@@ -390,6 +396,7 @@ class Evaluation:
                     reply = self._call(sides[name], shape, dtype, seed, **extra)
                     times[name].append(reply["us"])
                     exposed += launch_exposed(reply.get("launch_us"), extra["hold_scale"])
+                    host.add(reply)
                     overhead[name].append(reply["wall_us"] - reply["us"])
                     if reply.get("gap_us") is not None:
                         gaps[name].append(reply["gap_us"])
@@ -403,7 +410,7 @@ class Evaluation:
             tight = cand[2] < policy.target_rse and ref[2] < policy.target_rse and n >= policy.min_reps
             spent = time.perf_counter() - started
             if tight or spent > policy.cap_s * 2 or n >= policy.max_reps or time.perf_counter() > self.deadline:
-                return {"times": times, "overhead": overhead, "gaps": gaps, "exposed": exposed}
+                return {"times": times, "overhead": overhead, "gaps": gaps, "exposed": exposed, "host": host}
 
     def _fetch_timed(self, seed) -> tuple:
         """The outputs of the timed call that just returned (random elements of large ones)."""
@@ -453,6 +460,37 @@ class Evaluation:
             raise Abort([Reason("clock_mismatch",
                                 f"{label}: {hidden:.0f} us per call seen by the outside clock beyond the "
                                 f"kernel's timed {cand_median_us:.1f} us (allowed {slack:.0f} us)")])
+
+
+class CallCosts:
+    """Sums, over timed calls, of the host time of each part the worker reports (worker.HOST_PARTS) and
+    of the rest of the round trip (pipe, pickling, the judge's own bookkeeping): what the timing phase's
+    wall time is made of, against the GPU time of the kernels themselves."""
+
+    def __init__(self):
+        self.calls = 0
+        self.sums = dict.fromkeys(HOST_PARTS + ("round_trip", "kernel"), 0.0)
+
+    def add(self, reply: dict):
+        parts = reply.get("host_us")
+        if not parts:
+            return
+        self.calls += 1
+        for part in HOST_PARTS:
+            self.sums[part] += parts[part]
+        self.sums["round_trip"] += max(0.0, reply["wall_us"] - sum(parts.values()))
+        self.sums["kernel"] += reply.get("us") or 0.0
+
+    def merge(self, other: "CallCosts"):
+        self.calls += other.calls
+        for part, value in other.sums.items():
+            self.sums[part] += value
+
+    def summary(self) -> dict:
+        """{"calls": n, "mean_us": {part: mean host us per call, "kernel": mean kernel us}}."""
+        if not self.calls:
+            return {}
+        return {"calls": self.calls, "mean_us": {k: round(v / self.calls, 1) for k, v in self.sums.items()}}
 
 
 def _note_hold(verdict: Verdict, row: ShapeResult, mode: str, timed: dict):

@@ -112,6 +112,12 @@ MAX_HOLD_SCALE = 8
 EXPOSED_SHARE = 0.02  # more than this share of timed calls launched past the hold: time again
 
 
+# The parts of a call the worker times on the host (host_us in its reply): making inputs (and poison),
+# flushing L2 and the census before the call, the hold and the launch, waiting for the GPU (and the
+# output snapshot), the checks after the call.
+HOST_PARTS = ("inputs", "prepare", "launch", "sync", "checks")
+
+
 def launch_exposed(launch_us: float | None, hold_scale: float) -> bool:
     """Did this call's launch (host time from queueing the hold to queueing its end event) outlast the
     hold? Then the GPU may have idled inside the timed window. The hold is LAUNCH_HOLD_US at the boost

@@ -89,6 +89,8 @@ class Harness:
         return merged
 
     def call(self, msg: dict) -> dict:
+        # Host time of each part of the call (host_us in the reply): where a timed call's wall time goes.
+        marks = [timing.perf_counter_ns()]
         dtype = getattr(torch, msg["dtype"])
         inputs = self.inputs_for(msg["shape"], dtype, msg["seed"])
         self.last_inputs = inputs
@@ -96,6 +98,7 @@ class Harness:
         guarded = msg.get("guards", True)  # off only to measure what the guards cost (benchmarks/)
         if msg.get("poison") and guarded:
             self._poison(inputs)
+        marks.append(timing.perf_counter_ns())
         cuda = self.device == "cuda"
         if cuda and msg.get("flush", True):
             self.flusher()
@@ -107,6 +110,7 @@ class Harness:
             outs, ops = self._profiled(inputs)
             timer = None
         else:
+            marks.append(timing.perf_counter_ns())
             if cuda:  # the launch below is queued before the GPU reaches the start event
                 self.gpu_hold(msg.get("hold_scale", 1))
             queued = timing.perf_counter_ns()
@@ -117,7 +121,8 @@ class Harness:
             else:
                 outs = self.kernel(*inputs, **self.config)
             timer.stop()
-            launch_us = (timing.perf_counter_ns() - queued) / 1000.0
+            marks.append(timing.perf_counter_ns())
+            launch_us = (marks[-1] - queued) / 1000.0
         outs = as_tuple(outs)
         # Deferred work: what the caller could read right at return (copied on the current stream,
         # before any device-wide sync) must equal what is there once every stream and thread is done;
@@ -129,17 +134,16 @@ class Harness:
         if timer and cuda:
             result["launch_us"] = launch_us  # checked against the hold by the judge (timing.launch_exposed)
         self.last_outputs = outs
+        marks.append(timing.perf_counter_ns())
         if not guarded:
-            return {**result, "deferred": False, "flags": [], "ops": ops}
+            marks.append(marks[-1])
+            return {**result, "deferred": False, "flags": [], "ops": ops, **_host_us(marks)}
         self.census.settle()
         flags = self.census.after()
         deferred = not _all_equal(self.snapshot, outs)
-        return {
-            **result,
-            "deferred": deferred,
-            "flags": flags + guards.tampered_primitives() + guards.precision_flags_changed(),
-            "ops": ops,
-        }
+        flags = flags + guards.tampered_primitives() + guards.precision_flags_changed()
+        marks.append(timing.perf_counter_ns())
+        return {**result, "deferred": deferred, "flags": flags, "ops": ops, **_host_us(marks)}
 
     def gpu_hold(self, scale: float = 1):
         """Keep the GPU busy while the CPU launches the kernel, so its time excludes launch overhead."""
@@ -394,6 +398,14 @@ def serve(conn: Connection):
             reply = {"error": "harness_tampered", "detail": "; ".join(tampered)}
         reply["nonce"] = nonce
         send(reply)
+
+
+def _host_us(marks: list[int]) -> dict:
+    """{"host_us": {part: us}} from a call's marks (timing.HOST_PARTS); calls under the profiler have
+    fewer marks and report nothing."""
+    if len(marks) != len(timing.HOST_PARTS) + 1:
+        return {}
+    return {"host_us": {part: (b - a) / 1000.0 for part, a, b in zip(timing.HOST_PARTS, marks, marks[1:])}}
 
 
 def _sync_or_die():

@@ -1,0 +1,22 @@
+"""benchmarks/loop_throughput.py's summaries of a run's attempts (the GPU measurement itself is a benchmark)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+
+from loop_throughput import phase_means, timed_call_means  # noqa: E402
+
+
+def _attempt(wall, phases, calls, means):
+    return {"judge_wall_s": wall, "extra": {"phases_s": phases, "timed_calls": {"calls": calls, "mean_us": means}}}
+
+
+def test_means_per_attempt_and_per_timed_call():
+    attempts = [_attempt(10.0, {"start": 2.0, "timing": 4.0}, 100, {"sync": 300.0, "round_trip": 100.0}),
+                _attempt(20.0, {"start": 4.0, "timing": 8.0}, 300, {"sync": 500.0, "round_trip": 200.0}),
+                {"judge_wall_s": None, "extra": {}}]  # an attempt that never reached timing
+    assert phase_means(attempts) == "judge 15.0 s, start 3.0 s, timing 6.0 s"
+    # Weighted by calls: sync (100 * 300 + 300 * 500) / 400 = 450, round trip 175.
+    assert timed_call_means(attempts) == "400 timed calls, us per call: sync 450, round_trip 175"
+    assert timed_call_means([{"extra": {}}]) == "-"
