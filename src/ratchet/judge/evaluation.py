@@ -359,13 +359,16 @@ class Evaluation:
         while True:
             run = self._measure(shape, dtype, label, extra, pending)
             self.call_costs.merge(run["host"])
-            if not too_many_exposed(run["exposed"], len(run["times"]["cand"]) * 2) \
+            # Only the reference's launches decide: a busy host slows both sides' launches, while a slow
+            # launch path of the candidate's own (host work before its kernels) is its cost and must stay
+            # in its times; a longer hold would hide that host work from the events.
+            if not too_many_exposed(run["exposed"]["ref"], len(run["times"]["ref"])) \
                     or extra["hold_scale"] >= MAX_HOLD_SCALE:
                 break
-            # Launches (host time from queueing the hold to queueing the end event) outlasted the hold:
-            # the GPU may have sat idle inside the timed window, so those times include the launch path
-            # (on the H200, 2026-11-30, a 16 us kernel read 37-70 us in a run whose other evaluations
-            # compiled meanwhile). Both sides start over with a doubled hold: neither picks which calls count.
+            # The reference's launches (host time from queueing the hold to queueing the end event)
+            # outlasted the hold: the GPU may have sat idle inside the timed window, so those times include
+            # the launch path (on the H200, 2026-11-30, a 16 us kernel read 37-70 us in a run whose other
+            # evaluations compiled meanwhile). Both sides start over with a doubled hold.
             extra["hold_scale"] *= 2
         # The fetched outputs are checked after timing: computing references between timed calls
         # competed with the workers for the CPU and made the times noisier (docs/NOTES.md).
@@ -384,7 +387,7 @@ class Evaluation:
         times = {"cand": [], "ref": []}
         overhead = {"cand": [], "ref": []}
         gaps = {"cand": [], "ref": []}
-        exposed = 0
+        exposed = {"cand": 0, "ref": 0}
         host = CallCosts()
         started = time.perf_counter()
         while True:
@@ -395,7 +398,7 @@ class Evaluation:
                     seed = self.rng.getrandbits(62)
                     reply = self._call(sides[name], shape, dtype, seed, **extra)
                     times[name].append(reply["us"])
-                    exposed += launch_exposed(reply.get("launch_us"), extra["hold_scale"])
+                    exposed[name] += launch_exposed(reply.get("launch_us"), extra["hold_scale"])
                     host.add(reply)
                     overhead[name].append(reply["wall_us"] - reply["us"])
                     if reply.get("gap_us") is not None:
@@ -494,11 +497,15 @@ class CallCosts:
 
 
 def _note_hold(verdict: Verdict, row: ShapeResult, mode: str, timed: dict):
-    """Say when a shape was timed with a longer launch hold, or still saw launches outlast the longest."""
-    if timed.get("hold_scale", 1) > 1 or timed.get("exposed"):
-        verdict.notes.append(
-            f"shape {row.shape} {row.dtype} ({mode}): timed with a {timed['hold_scale']}x launch hold (launches "
-            f"outlasted the shorter ones: a busy host); {timed['exposed']} launches still outlasted it")
+    """Say when a shape was timed with a longer launch hold, or launches still outlasted the hold."""
+    label = f"shape {row.shape} {row.dtype} ({mode})"
+    if timed.get("hold_scale", 1) > 1:
+        verdict.notes.append(f"{label}: timed with a {timed['hold_scale']}x launch hold (the reference's launches "
+                             "outlasted the shorter ones: a busy host)")
+    exposed = timed.get("exposed") or {}
+    if exposed.get("cand") or exposed.get("ref"):
+        verdict.notes.append(f"{label}: launches outlasted the hold in {exposed.get('cand', 0)} candidate and "
+                             f"{exposed.get('ref', 0)} reference calls (their host launch time is in their times)")
 
 
 def _quartile(xs: list[float]) -> float:
