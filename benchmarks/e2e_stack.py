@@ -39,6 +39,10 @@ from pathlib import Path
 
 GOAL = 1.3  # issue 7: the stack's decode tokens/s at least 1.3x torch.compile + CUDA graphs
 GRACE_S = 15.0  # after SIGINT, how long a child may take to stop cleanly (the loop closes its workers)
+# When a run's time budget ends, the evaluations in flight (up to 3 per GPU) still finish: on the H200
+# (2026-11-30) a run of --run-seconds 120 was killed at its 165 s limit with decode_attention
+# evaluations of ~45-60 s each still going, so the step allows this much beyond the budget.
+DRAIN_S = 90.0
 
 
 # -- the child side: one step, its outcome as JSON -----------------------------------------------------
@@ -248,10 +252,10 @@ class Session:
                     entry.update(_run_info(ledger, entry["run"]), status="given")
         self.data["runs"] = runs
         if a.run_task:
-            limit = min(a.step_timeout, self.left(), a.run_seconds + GRACE_S + 30)
+            limit = min(a.step_timeout, self.left(), a.run_seconds + GRACE_S + DRAIN_S)
             # The run's own time budget ends it (keeping its best) before the step's limit would kill it.
             spec = {"kind": "run", "ledger": self.ledger, "task": a.run_task, "budget": a.budget,
-                    "device": a.device, "seconds": max(1.0, min(a.run_seconds, limit - GRACE_S - 10))}
+                    "device": a.device, "seconds": max(1.0, min(a.run_seconds, limit - GRACE_S - DRAIN_S))}
             before = self._run_ids()
             out = self.step(f"run-{a.run_task}", spec, limit)
             new = [r for r in self._run_ids() if r not in before]

@@ -76,7 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--target", metavar="SPEEDUP", help="stop when the best reaches this speedup, e.g. 3x")
     budget = rn.add_mutually_exclusive_group()
     budget.add_argument("--budget", type=int, metavar="N", help="stop after N attempts")
-    budget.add_argument("--time", metavar="DURATION", help="stop after this long, e.g. 90s, 20m, 2h")
+    budget.add_argument("--time", metavar="DURATION",
+                        help="stop proposing after this long, e.g. 90s, 20m, 2h; evaluations already in flight (up to 3 "
+                             "per GPU) still finish and are recorded")
     rn.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if present, else cpu")
     rn.add_argument("--gpus", metavar="LIST", help="GPU indices to judge on in parallel, e.g. 0,1 (default: 0)")
     rn.add_argument("--no-ncu", action="store_true", help="do not profile kept attempts with Nsight Compute "
