@@ -14,6 +14,8 @@ Steps, each in its own child process (``_step`` below) under a time limit:
    trusts gate files already next to the ledger (``ratchet.stack`` checks them as always).
 3. One ``ratchet.stack.run_stack`` per row: eager, + kernels, + CUDA graphs, + torch.compile, and the
    reference torch.compile + CUDA graphs without the kernels, all timed interleaved in one session.
+   Beside each row, the reference over the step's byte floor (``step_floor.py`` at the measured copy
+   rate): the most any stack could gain there.
 
 Why a child process per step: a timeout can really stop it (a compile or a capture does not return to
 Python on a signal), an OOM or a CUDA fault ends only that row, every row starts with clean device
@@ -98,9 +100,26 @@ def _step_stack(spec: dict) -> dict:
                            compile=spec["compile"], compile_mode=spec["compile_mode"])
     gates = Path(spec["ledger"]).parent / "gates" if spec["ledger"] else Path(os.devnull)
     if not spec["runs"]:  # nothing is read from a ledger without runs
-        return {"status": "ok", "stack": run_stack(None, request, gates, progress=_log).to_json()}
+        return {"status": "ok", "stack": run_stack(None, request, gates, progress=_log).to_json(),
+                "floor_us": _floor_us(spec)}
     with Ledger(spec["ledger"], create=False) as ledger:
-        return {"status": "ok", "stack": run_stack(ledger, request, gates, progress=_log).to_json()}
+        return {"status": "ok", "stack": run_stack(ledger, request, gates, progress=_log).to_json(),
+                "floor_us": _floor_us(spec)}
+
+
+def _floor_us(spec: dict) -> float | None:
+    """The step's byte floor (step_floor.py) at the device's measured copy rate: what no stack can beat.
+    A column of the table, not a result: when it cannot be had, the row says so and goes on."""
+    try:
+        from step_floor import step_floor
+
+        from ratchet.hardware.ceilings import get_ceilings
+
+        tbps = get_ceilings(spec["device"]).copy_tbps
+        return step_floor(spec["workload"], spec["batch"], spec["context"], spec["size"]).floor_us(tbps)
+    except Exception as exc:  # noqa: BLE001
+        _log(f"no byte floor for this row: {type(exc).__name__}: {exc}")
+        return None
 
 
 def _log(line: str) -> None:
@@ -377,14 +396,15 @@ def render_md(data: dict) -> str:
                          f"{'yes' if g['in_stack'] else 'no'} | {_n(g.get('wall_s'))} |")
     lines += ["", "## Decode tokens/s", "",
               "| workload | context | batch | eager | compile + graphs (reference) | Ratchet stack | stack / reference "
-              f"| ≥ {m['goal']}x | status | waterfall |", "|---|---|---|---|---|---|---|---|---|---|"]
+              f"| ≥ {m['goal']}x | reference / byte floor | status | waterfall |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
         tps = r.get("tokens_per_s", {})
         goal = {True: "yes", False: "no", None: "–"}[r.get("meets_goal")]
         status = r["status"] + (f": {_cell(r['detail'])}" if r.get("detail") else "")
         lines.append(f"| {r['workload']} | {r['context']} | {r['batch']} | {_n(tps.get('eager'))} | "
                      f"{_n(tps.get('reference'))} | {_n(tps.get('stack'))} | {_n(r.get('ratio'), '{:.3f}x')} | "
-                     f"{goal} | {status} | {_waterfall(r) if r['status'] == 'ok' else ''} |")
+                     f"{goal} | {_headroom(r)} | {status} | {_waterfall(r) if r['status'] == 'ok' else ''} |")
     notes: dict[str, list[str]] = {}  # each note once, with the rows it belongs to
     for r in data["rows"]:
         for n in r.get("notes", []):
@@ -394,6 +414,12 @@ def render_md(data: dict) -> str:
         lines += ["", "## Notes", ""] + [f"- {n} ({'every row' if len(where) == ok else ', '.join(where)})"
                                          for n, where in notes.items()]
     return "\n".join(lines) + "\n"
+
+
+def _headroom(row: dict) -> str:
+    """The reference's step over the byte floor: the most any stack could gain over it (step_floor.py)."""
+    ref, floor = row.get("reference_us"), row.get("floor_us")
+    return f"{ref / floor:.2f}x (floor {floor:.0f} us)" if ref and floor else "–"
 
 
 def _cell(text: str) -> str:

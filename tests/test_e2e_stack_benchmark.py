@@ -12,11 +12,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from ratchet.hardware.ceilings import get_ceilings
 from ratchet.ledger import Ledger
 from test_gate_stack import WRONG_RMSNORM, record_best  # tests/ is on sys.path (no __init__.py)
 
@@ -24,6 +26,8 @@ ROOT = Path(__file__).parent.parent
 SPEC = importlib.util.spec_from_file_location("e2e_stack", ROOT / "benchmarks" / "e2e_stack.py")
 e2e = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(e2e)
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from step_floor import step_floor  # noqa: E402
 
 WORKLOADS, CONTEXTS, BATCH = ("llama", "deepseek"), (64, 256), 2
 pytestmark = pytest.mark.slow  # about a minute on two cores: a run, four gates, six child processes of stacks
@@ -48,7 +52,7 @@ def _table_lines(md: str) -> dict[tuple[str, int, int], list[str]]:
     rows = {}
     for line in md.split("## Decode tokens/s")[1].splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 10 and cells[1].isdigit():
+        if len(cells) == 11 and cells[1].isdigit():
             rows[cells[0], int(cells[1]), int(cells[2])] = cells
     return rows
 
@@ -102,7 +106,11 @@ def test_a_row_per_workload_and_context_with_consistent_numbers(session):
         assert tps["reference"] is None and row["ratio"] is None and row["meets_goal"] is None  # --no-compile
         cells = table[row["workload"], row["context"], row["batch"]]
         assert cells[3] == f"{tps['eager']:.0f}" and cells[5] == f"{tps['stack']:.0f}" and cells[6] == "–"
-        assert cells[8] == "ok" and cells[9].startswith(f"eager {steps[0]:.0f} us")
+        assert cells[8] == "–"  # no reference without compile, so no headroom over the byte floor
+        assert cells[9] == "ok" and cells[10].startswith(f"eager {steps[0]:.0f} us")
+        # The step's byte floor at this machine's measured copy rate (benchmarks/step_floor.py).
+        floor = step_floor(row["workload"], row["batch"], row["context"], "tiny")
+        assert math.isclose(row["floor_us"], floor.floor_us(get_ceilings("cpu").copy_tbps), rel_tol=1e-9)
     meta = data["meta"]
     assert f"torch {torch.__version__}" in md and f"`{meta['command']}`" in md
     assert meta["command"].startswith("python benchmarks/e2e_stack.py --run-task decode_attention --budget 1")
@@ -118,7 +126,9 @@ def test_the_ratio_is_the_stack_over_the_reference(session):
     assert math.isclose(row["ratio"], 1.25) and row["meets_goal"] is False
     assert e2e.row_summary(stack, goal=1.2)["meets_goal"] is True
     md = e2e.render_md({**data, "rows": [{**data["rows"][0], **row}]})
-    assert "| 1.250x | no | ok |" in md and f"[reference {stack['final_us'] * 1.25:.0f} us]" in md
+    headroom = stack["final_us"] * 1.25 / data["rows"][0]["floor_us"]
+    assert f"| 1.250x | no | {headroom:.2f}x (floor {data['rows'][0]['floor_us']:.0f} us) | ok |" in md
+    assert f"[reference {stack['final_us'] * 1.25:.0f} us]" in md
 
 
 def test_a_step_out_of_time_is_stopped_and_later_rows_are_skipped(session, tmp_path):
@@ -137,4 +147,4 @@ def test_a_step_out_of_time_is_stopped_and_later_rows_are_skipped(session, tmp_p
         assert status["deepseek", context][0] == "skipped" and "left of --time-budget" in status["deepseek", context][1]
     assert data["finished"] and data["gates"] == []
     md = (tmp_path / "e2e_stack.md").read_text()
-    assert "| llama | 256 | 32 | – | – | – | – | – | skipped: context 64 ran out of time for llama |" in md
+    assert "| llama | 256 | 32 | – | – | – | – | – | – | skipped: context 64 ran out of time for llama |" in md
