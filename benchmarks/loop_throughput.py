@@ -67,6 +67,15 @@ def timed_call_means(attempts: list[dict]) -> str:
     return f"{calls} timed calls, us per call: " + ", ".join(f"{part} {total / calls:.0f}" for part, total in sums.items())
 
 
+def timed_kernel_seconds(attempts: list[dict]) -> float:
+    """GPU seconds of the timed kernels themselves (the candidates' and the references'), over the run."""
+    total = 0.0
+    for a in attempts:
+        timed = (a.get("extra") or {}).get("timed_calls") or {}
+        total += (timed.get("calls") or 0) * ((timed.get("mean_us") or {}).get("kernel") or 0.0) / 1e6
+    return total
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="rmsnorm")
@@ -83,6 +92,7 @@ def main():
         attempts = ledger.list_runs()[0]["attempts"]
         recorded = ledger.attempts(ledger.list_runs()[0]["id"])
         phases, calls = phase_means(recorded), timed_call_means(recorded)
+        kernel_s = timed_kernel_seconds(recorded)
     wall = time.perf_counter() - t0
     busy = None
     if sampler:
@@ -91,7 +101,9 @@ def main():
         busy = sum(sampler.samples) / max(1, len(sampler.samples))
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     text = (f"{name}, {time.strftime('%Y-%m-%d')}, {args.task}: {attempts} attempts in {wall:.0f} s = "
-            f"{60 * attempts / wall:.1f} candidates/min; GPU busy {'-' if busy is None else f'{busy:.0f}%'}; "
+            f"{60 * attempts / wall:.1f} candidates/min; GPU busy {'-' if busy is None else f'{busy:.0f}%'} "
+            f"(NVML: any kernel running, the launch holds included), timed kernels {100 * kernel_s / wall:.2f}% "
+            "of the wall; "
             f"mean per attempt: {phases}; {calls}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "loop_throughput.txt").write_text(text + "\n")

@@ -20,3 +20,10 @@ def test_means_per_attempt_and_per_timed_call():
     # Weighted by calls: sync (100 * 300 + 300 * 500) / 400 = 450, round trip 175.
     assert timed_call_means(attempts) == "400 timed calls, us per call: sync 450, round_trip 175"
     assert timed_call_means([{"extra": {}}]) == "-"
+
+
+def test_timed_kernel_seconds_sum_calls_times_mean_kernel_time():
+    from loop_throughput import timed_kernel_seconds
+
+    attempts = [_attempt(10.0, {}, 100, {"kernel": 5.0}), _attempt(10.0, {}, 300, {"kernel": 10.0}), {"extra": {}}]
+    assert abs(timed_kernel_seconds(attempts) - (100 * 5.0 + 300 * 10.0) / 1e6) < 1e-12
