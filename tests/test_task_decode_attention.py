@@ -26,6 +26,7 @@ SHAPES = [
     {"B": 2, "Hq": 14, "Hkv": 2, "L": 131, "D": 16},
     {"B": 2, "Hq": 4, "Hkv": 4, "L": 77, "D": 96},
     {"B": 2, "Hq": 32, "Hkv": 1, "L": 63, "D": 576},  # MLA-like: two blocks of 16 heads, D padded to 1024
+    {"B": 2, "Hq": 128, "Hkv": 1, "L": 45, "D": 576},  # DeepSeek-V3's absorbed MLA heads: eight blocks
 ]
 # The real head layout (Llama-3-8B) at a size torch does in a blink on the CPU: for the wrong kernels.
 LLAMA = {"B": 6, "Hq": 32, "Hkv": 8, "L": 512, "D": 128}
