@@ -11,10 +11,11 @@ On the CPU (Triton's interpreter, for tests) two things differ, behind the EMULA
 multiplies the raw bits of bf16 operands in tl.dot and truncates fp32 -> bf16 casts, so there the operands
 are fp32 carrying exactly the bf16 values a GPU would use (rounded to nearest even by hand) and the dot is
 an exact fp32 one: the same numbers as on the GPU.
-Wide heads go in blocks: a [BLOCK_G, BLOCK_D] tile holds at most 8192 elements, so Llama's D = 128 keeps
+Wide heads go in blocks: a [BLOCK_G, head] tile holds at most 8192 elements, so Llama's D = 128 keeps
 groups of up to 64 heads whole, and DeepSeek-V3's absorbed MLA (128 heads over one latent kv head, D = 576)
 runs 8 programs of 16 heads per sequence, launched side by side so the later ones read keys and values
-from L2.
+from L2. The head dim goes in two power-of-two parts (576 = 512 + 64, 96 = 64 + 32) rather than one
+padded to the next power of two, which for 576 would double the tiles.
 B * Hkv programs are plenty at batch 64 and beyond, but a single sequence gets only 8 (Hkv) of an H200's 132
 SMs, each walking the whole context: that is what triton_split_k.py is about. On the H200 (2026-11-30,
 docs/measurements/2026-11-30-h200-session4): 68 us at B = 1, L = 4096 (6% of the roofline), 0.8-0.92 of it
@@ -29,19 +30,32 @@ import triton.language as tl
 
 SPACE = {"BLOCK_L": [64, 32, 128], "num_warps": [4, 8]}
 
-# Elements of the [BLOCK_G, BLOCK_D] query and accumulator tiles and of the [BLOCK_L, BLOCK_D] key and value
+# Elements of the [BLOCK_G, head] query and accumulator tiles, and of half the [BLOCK_L, head] key and value
 # tiles: with Llama's D = 128 a whole group of up to 64 heads stays in one program and BLOCK_L is the config's;
-# DeepSeek-V3's absorbed MLA (G = 128, D = 576 padded to 1024) gets 16 heads and 16 positions per program and
-# block, which fits an SM's shared memory (the config's 64 positions would ask for ~1 MB on an H200).
+# DeepSeek-V3's absorbed MLA (G = 128, D = 576) gets 16 heads and 16 positions per program and block, which
+# fits an SM's shared memory (a whole group at the config's 64 positions asked for 1 MB on the H200).
 _MAX_TILE = 8192
 
 
+def head_parts(D):
+    """The head dim as two power-of-two parts (BLOCK_DA <= D, BLOCK_DB >= the rest, 0 if none; 16 at
+    least, the least tl.dot takes): 128 -> (128, 0), 96 -> (64, 32), 576 -> (512, 64)."""
+    block_da = max(16, 1 << (D.bit_length() - 1))
+    rest = D - block_da
+    return block_da, (max(16, triton.next_power_of_2(rest)) if rest > 0 else 0)
+
+
 def tiles(G, D, BLOCK_L):
-    """(BLOCK_G, BLOCK_D, BLOCK_L, head blocks) for a group of G heads of size D."""
-    block_d = max(16, triton.next_power_of_2(D))
-    block_g = max(16, min(triton.next_power_of_2(G), _MAX_TILE // block_d))
-    block_l = max(16, min(BLOCK_L, 2 * _MAX_TILE // block_d))
-    return block_g, block_d, block_l, triton.cdiv(G, block_g)
+    """(BLOCK_G, BLOCK_DA, BLOCK_DB, BLOCK_L, head blocks) for a group of G heads of size D."""
+    block_da, block_db = head_parts(D)
+    width = block_da + block_db
+    block_g = max(16, min(triton.next_power_of_2(G), _floor_pow2(_MAX_TILE // width)))
+    block_l = max(16, min(BLOCK_L, _floor_pow2(2 * _MAX_TILE // width)))
+    return block_g, block_da, block_db, block_l, triton.cdiv(G, block_g)
+
+
+def _floor_pow2(n):
+    return 1 << (max(1, n).bit_length() - 1)
 
 
 @triton.jit
@@ -76,50 +90,68 @@ def _dot(a, b, EMULATE: tl.constexpr):
 def _decode_gqa(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr,
                 stride_qb, stride_qh, stride_kb, stride_kh, stride_kl, stride_vb, stride_vh, stride_vl,
                 stride_ob, stride_oh, scale, G, D,
-                BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr, EMULATE: tl.constexpr):
+                BLOCK_G: tl.constexpr, BLOCK_DA: tl.constexpr, BLOCK_DB: tl.constexpr, BLOCK_L: tl.constexpr,
+                EMULATE: tl.constexpr):
     # Head blocks of one (sequence, kv head) are neighbours in launch order: they read the same keys and
     # values at about the same time, so all but the first read them from L2.
     g = tl.program_id(0) * BLOCK_G + tl.arange(0, BLOCK_G)
     b = tl.program_id(1).to(tl.int64)  # int64: offsets into a large cache can pass 2^31
     kvh = tl.program_id(2).to(tl.int64)
     seq_len = tl.load(lens_ptr + b)
-    d = tl.arange(0, BLOCK_D)
+    da = tl.arange(0, BLOCK_DA)
+    da_ok = da < D  # all true but for heads under 16
     cols = tl.arange(0, BLOCK_L)
     head_ok = g < G
-    d_ok = d < D
     heads = kvh * G + g
-    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
-                mask=head_ok[:, None] & d_ok[None, :], other=0.0)
+    q_row = q_ptr + b * stride_qb + heads[:, None] * stride_qh
+    qa = tl.load(q_row + da[None, :], mask=head_ok[:, None] & da_ok[None, :], other=0.0)
+    if BLOCK_DB > 0:  # the rest of the head dim
+        db = BLOCK_DA + tl.arange(0, BLOCK_DB)
+        db_ok = db < D
+        qb = tl.load(q_row + db[None, :], mask=head_ok[:, None] & db_ok[None, :], other=0.0)
+        acc_b = tl.zeros([BLOCK_G, BLOCK_DB], dtype=tl.float32)
     k_row = k_ptr + b * stride_kb + kvh * stride_kh
     v_row = v_ptr + b * stride_vb + kvh * stride_vh
     m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     s = tl.zeros([BLOCK_G], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    acc_a = tl.zeros([BLOCK_G, BLOCK_DA], dtype=tl.float32)
     # Every block starts below seq_len (>= 1), so it holds a valid position and m_new is finite: the first
     # alpha is exp(-inf) = 0, never NaN.
     for start in range(0, seq_len, BLOCK_L):
         pos = start + cols
         valid = pos < seq_len
-        tile_ok = valid[:, None] & d_ok[None, :]
-        k = tl.load(k_row + pos[:, None] * stride_kl + d[None, :], mask=tile_ok, other=0.0)
+        k_at = k_row + pos[:, None] * stride_kl
+        v_at = v_row + pos[:, None] * stride_vl
+        ka = tl.load(k_at + da[None, :], mask=valid[:, None] & da_ok[None, :], other=0.0)
+        scores = _dot(qa, tl.trans(ka), EMULATE)
+        if BLOCK_DB > 0:
+            kb = tl.load(k_at + db[None, :], mask=valid[:, None] & db_ok[None, :], other=0.0)
+            scores += _dot(qb, tl.trans(kb), EMULATE)
         # fp32 by a cast: torch.compile's Inductor may hand the scale over as fp64
-        scores = (_dot(q, tl.trans(k), EMULATE) * scale).to(tl.float32)  # [BLOCK_G, BLOCK_L]
+        scores = (scores * scale).to(tl.float32)  # [BLOCK_G, BLOCK_L]
         scores = tl.where(valid[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         alpha = tl.exp(m - m_new)
         p = tl.exp(scores - m_new[:, None])
         s = s * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_row + pos[:, None] * stride_vl + d[None, :], mask=tile_ok, other=0.0)
-        acc = acc * alpha[:, None] + _dot(_bf16(p, EMULATE), v, EMULATE)
+        p16 = _bf16(p, EMULATE)
+        va = tl.load(v_at + da[None, :], mask=valid[:, None] & da_ok[None, :], other=0.0)
+        acc_a = acc_a * alpha[:, None] + _dot(p16, va, EMULATE)
+        if BLOCK_DB > 0:
+            vb = tl.load(v_at + db[None, :], mask=valid[:, None] & db_ok[None, :], other=0.0)
+            acc_b = acc_b * alpha[:, None] + _dot(p16, vb, EMULATE)
         m = m_new
-    out = acc / s[:, None]
-    tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
-             _bf16(out, EMULATE).to(out_ptr.dtype.element_ty), mask=head_ok[:, None] & d_ok[None, :])
+    out_row = out_ptr + b * stride_ob + heads[:, None] * stride_oh
+    tl.store(out_row + da[None, :], _bf16(acc_a / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
+             mask=head_ok[:, None] & da_ok[None, :])
+    if BLOCK_DB > 0:
+        tl.store(out_row + db[None, :], _bf16(acc_b / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
+                 mask=head_ok[:, None] & db_ok[None, :])
 
 
-def _stages(block_d):
-    """Two pipeline stages for wide heads: three copies of [16, 1024] key and value tiles overflow an SM."""
-    return {"num_stages": 2} if block_d > 256 else {}
+def _stages(width):
+    """Two pipeline stages for wide heads: fewer copies of the [16, 576] key and value tiles in flight."""
+    return {"num_stages": 2} if width > 256 else {}
 
 
 def kernel(q, k_cache, v_cache, seq_lens, BLOCK_L=64, num_warps=4):
@@ -132,13 +164,13 @@ def kernel(q, k_cache, v_cache, seq_lens, BLOCK_L=64, num_warps=4):
     out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
     if B == 0 or Hq == 0:
         return out
-    block_g, block_d, block_l, head_blocks = tiles(G, D, BLOCK_L)
+    block_g, block_da, block_db, block_l, head_blocks = tiles(G, D, BLOCK_L)
     _decode_gqa[(head_blocks, B, Hkv)](
         q, k_cache, v_cache, seq_lens, out,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
         1.0 / math.sqrt(D), G, D,
-        BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_L=block_l,
-        EMULATE=q.device.type == "cpu", num_warps=num_warps, **_stages(block_d),
+        BLOCK_G=block_g, BLOCK_DA=block_da, BLOCK_DB=block_db, BLOCK_L=block_l,
+        EMULATE=q.device.type == "cpu", num_warps=num_warps, **_stages(block_da + block_db),
     )
     return out

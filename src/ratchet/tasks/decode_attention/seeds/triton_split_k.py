@@ -11,7 +11,8 @@ in the merge (piece 0 is never empty, so m is finite). Lengths never leave the d
 comes from the padded L), so the kernel can be captured in a CUDA graph.
 SPLITS == 0 picks enough pieces for ~4 programs per SM, at least 4 blocks each; with one piece (large
 batches) the first kernel writes the normalized output itself and the merge is skipped.
-Wide heads go in blocks of 16 (DeepSeek-V3's absorbed MLA: G = 128, D = 576), as in triton_gqa.py.
+Wide heads go in blocks of 16 and the head dim in two power-of-two parts (DeepSeek-V3's absorbed MLA:
+G = 128, D = 576 = 512 + 64), as in triton_gqa.py.
 The EMULATE helpers make the interpreter (CPU tests) compute what the GPU does; see triton_gqa.py.
 On the H200 (2026-11-30, docs/measurements/2026-11-30-h200-session4): 16 us at B = 1, L = 4096 and 51-58 us
 at L = 32768 (issue 5 asks for 8 and 35), 0.85-0.92 of the roofline at B = 8 to 256.
@@ -27,7 +28,7 @@ import triton.language as tl
 SPACE = {"SPLITS": [0, 8, 32], "BLOCK_L": [64, 32], "num_warps": [4, 8]}
 
 _PROGRAMS_PER_SM = 4
-_MAX_TILE = 8192  # elements of a [BLOCK_G, BLOCK_D] or [BLOCK_L, BLOCK_D] / 2 tile: see triton_gqa.py
+_MAX_TILE = 8192  # elements of a [BLOCK_G, head] tile, or of half a [BLOCK_L, head] tile: see triton_gqa.py
 _MIN_BLOCKS_PER_SPLIT = 4
 _DEFAULT_SMS = 132  # an H100 / H200; the interpreter has no SMs to ask about
 
@@ -69,7 +70,7 @@ def _dot(a, b, EMULATE: tl.constexpr):
 def _split_partials(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr, m_ptr, s_ptr, acc_ptr,
                     stride_qb, stride_qh, stride_kb, stride_kh, stride_kl, stride_vb, stride_vh, stride_vl,
                     stride_ob, stride_oh, scale, Hq, Hkv, G, D, CHUNK, SPLITS,
-                    BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
+                    BLOCK_G: tl.constexpr, BLOCK_DA: tl.constexpr, BLOCK_DB: tl.constexpr, BLOCK_L: tl.constexpr,
                     DIRECT: tl.constexpr, EMULATE: tl.constexpr):
     # Head blocks of one (sequence, kv head, piece) are neighbours in launch order: they read the same keys
     # and values at about the same time, so all but the first read them from L2.
@@ -78,44 +79,64 @@ def _split_partials(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr, m_ptr, s_ptr, acc_pt
     kvh = tl.program_id(1).to(tl.int64) % Hkv
     split = tl.program_id(2)
     seq_len = tl.load(lens_ptr + b)
-    d = tl.arange(0, BLOCK_D)
+    # The head dim in two power-of-two parts, BLOCK_DA <= D and BLOCK_DB covering the rest (0: none), so a
+    # head of 576 (MLA) is 512 + 64 instead of one padded 1024.
+    da = tl.arange(0, BLOCK_DA)
+    da_ok = da < D  # all true but for heads under 16
     cols = tl.arange(0, BLOCK_L)
     head_ok = g < G
-    d_ok = d < D
     heads = kvh * G + g
-    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
-                mask=head_ok[:, None] & d_ok[None, :], other=0.0)
+    q_row = q_ptr + b * stride_qb + heads[:, None] * stride_qh
+    qa = tl.load(q_row + da[None, :], mask=head_ok[:, None] & da_ok[None, :], other=0.0)
+    if BLOCK_DB > 0:
+        db = BLOCK_DA + tl.arange(0, BLOCK_DB)
+        db_ok = db < D
+        qb = tl.load(q_row + db[None, :], mask=head_ok[:, None] & db_ok[None, :], other=0.0)
+        acc_b = tl.zeros([BLOCK_G, BLOCK_DB], dtype=tl.float32)
     k_row = k_ptr + b * stride_kb + kvh * stride_kh
     v_row = v_ptr + b * stride_vb + kvh * stride_vh
     m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     s = tl.zeros([BLOCK_G], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    acc_a = tl.zeros([BLOCK_G, BLOCK_DA], dtype=tl.float32)
     lo = split * CHUNK  # CHUNK is a multiple of BLOCK_L: only seq_len cuts a block short
     for start in range(lo, tl.minimum(lo + CHUNK, seq_len), BLOCK_L):
         pos = start + cols
         valid = pos < seq_len
-        tile_ok = valid[:, None] & d_ok[None, :]
-        k = tl.load(k_row + pos[:, None] * stride_kl + d[None, :], mask=tile_ok, other=0.0)
+        k_at = k_row + pos[:, None] * stride_kl
+        v_at = v_row + pos[:, None] * stride_vl
+        ka = tl.load(k_at + da[None, :], mask=valid[:, None] & da_ok[None, :], other=0.0)
+        scores = _dot(qa, tl.trans(ka), EMULATE)
+        if BLOCK_DB > 0:
+            kb = tl.load(k_at + db[None, :], mask=valid[:, None] & db_ok[None, :], other=0.0)
+            scores += _dot(qb, tl.trans(kb), EMULATE)
         # fp32 by a cast: torch.compile's Inductor may hand the scale over as fp64 (it did on the H200)
-        scores = (_dot(q, tl.trans(k), EMULATE) * scale).to(tl.float32)  # [BLOCK_G, BLOCK_L]
+        scores = (scores * scale).to(tl.float32)  # [BLOCK_G, BLOCK_L]
         scores = tl.where(valid[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))  # finite: every block holds a valid position
         alpha = tl.exp(m - m_new)
         p = tl.exp(scores - m_new[:, None])
         s = s * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_row + pos[:, None] * stride_vl + d[None, :], mask=tile_ok, other=0.0)
-        acc = acc * alpha[:, None] + _dot(_bf16(p, EMULATE), v, EMULATE)
+        p16 = _bf16(p, EMULATE)
+        va = tl.load(v_at + da[None, :], mask=valid[:, None] & da_ok[None, :], other=0.0)
+        acc_a = acc_a * alpha[:, None] + _dot(p16, va, EMULATE)
+        if BLOCK_DB > 0:
+            vb = tl.load(v_at + db[None, :], mask=valid[:, None] & db_ok[None, :], other=0.0)
+            acc_b = acc_b * alpha[:, None] + _dot(p16, vb, EMULATE)
         m = m_new
-    tile = head_ok[:, None] & d_ok[None, :]
     if DIRECT:  # one piece holds the whole context: normalize and write the output here
-        out = acc / s[:, None]
-        tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
-                 _bf16(out, EMULATE).to(out_ptr.dtype.element_ty), mask=tile)
+        out_row = out_ptr + b * stride_ob + heads[:, None] * stride_oh
+        tl.store(out_row + da[None, :], _bf16(acc_a / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
+                 mask=head_ok[:, None] & da_ok[None, :])
+        if BLOCK_DB > 0:
+            tl.store(out_row + db[None, :], _bf16(acc_b / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
+                     mask=head_ok[:, None] & db_ok[None, :])
     else:
         row = (b * Hq + heads) * SPLITS + split  # workspace [B, Hq, SPLITS] (and [..., D] for acc)
         tl.store(m_ptr + row, m, mask=head_ok)
         tl.store(s_ptr + row, s, mask=head_ok)
-        tl.store(acc_ptr + row[:, None] * D + d[None, :], acc, mask=tile)
+        tl.store(acc_ptr + row[:, None] * D + da[None, :], acc_a, mask=head_ok[:, None] & da_ok[None, :])
+        if BLOCK_DB > 0:
+            tl.store(acc_ptr + row[:, None] * D + db[None, :], acc_b, mask=head_ok[:, None] & db_ok[None, :])
 
 
 @triton.jit
@@ -151,12 +172,26 @@ def _split_count(programs, L, block, device, requested):
     return max(1, min(want, blocks // _MIN_BLOCKS_PER_SPLIT))
 
 
+def head_parts(D):
+    """The head dim as two power-of-two parts (BLOCK_DA <= D, BLOCK_DB >= the rest, 0 if none; 16 at
+    least, the least tl.dot takes): 128 -> (128, 0), 96 -> (64, 32), 576 -> (512, 64)."""
+    block_da = max(16, 1 << (D.bit_length() - 1))
+    rest = D - block_da
+    return block_da, (max(16, triton.next_power_of_2(rest)) if rest > 0 else 0)
+
+
 def tiles(G, D, BLOCK_L):
-    """(BLOCK_G, BLOCK_D, BLOCK_L, head blocks) for a group of G heads of size D (see triton_gqa.py)."""
-    block_d = max(16, triton.next_power_of_2(D))
-    block_g = max(16, min(triton.next_power_of_2(G), _MAX_TILE // block_d))
-    block_l = max(16, min(BLOCK_L, 2 * _MAX_TILE // block_d))
-    return block_g, block_d, block_l, triton.cdiv(G, block_g)
+    """(BLOCK_G, BLOCK_DA, BLOCK_DB, BLOCK_L, head blocks) for a group of G heads of size D (see
+    triton_gqa.py): tiles of at most _MAX_TILE elements of query or accumulator, twice that of keys."""
+    block_da, block_db = head_parts(D)
+    width = block_da + block_db
+    block_g = max(16, min(triton.next_power_of_2(G), _floor_pow2(_MAX_TILE // width)))
+    block_l = max(16, min(BLOCK_L, _floor_pow2(2 * _MAX_TILE // width)))
+    return block_g, block_da, block_db, block_l, triton.cdiv(G, block_g)
+
+
+def _floor_pow2(n):
+    return 1 << (max(1, n).bit_length() - 1)
 
 
 def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4):
@@ -169,7 +204,7 @@ def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4):
     out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
     if B == 0 or Hq == 0:
         return out
-    block_g, block_d, block_l, head_blocks = tiles(G, D, BLOCK_L)
+    block_g, block_da, block_db, block_l, head_blocks = tiles(G, D, BLOCK_L)
     splits = _split_count(B * Hkv * head_blocks, L, block_l, q.device, SPLITS)
     chunk = triton.cdiv(triton.cdiv(L, splits), block_l) * block_l  # whole blocks per piece
     splits = triton.cdiv(L, chunk)  # no piece past L
@@ -186,13 +221,14 @@ def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4):
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
         1.0 / math.sqrt(D), Hq, Hkv, G, D, chunk, splits,
-        BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_L=block_l,
+        BLOCK_G=block_g, BLOCK_DA=block_da, BLOCK_DB=block_db, BLOCK_L=block_l,
         DIRECT=direct, EMULATE=emulate, num_warps=num_warps,
-        # Two pipeline stages for wide heads: three copies of [16, 1024] key and value tiles overflow an SM.
-        **({"num_stages": 2} if block_d > 256 else {}),
+        # Two pipeline stages for wide heads: fewer copies of the [16, 576] key and value tiles in flight.
+        **({"num_stages": 2} if block_da + block_db > 256 else {}),
     )
     if not direct:
         _merge_splits[(B, Hq)](m_ws, s_ws, acc_ws, out, out.stride(0), out.stride(1), Hq, D, splits,
-                               SPLITS_P2=triton.next_power_of_2(splits), BLOCK_D=block_d, EMULATE=emulate,
+                               SPLITS_P2=triton.next_power_of_2(splits), BLOCK_D=max(16, triton.next_power_of_2(D)),
+                               EMULATE=emulate,
                                num_warps=4)
     return out
