@@ -39,6 +39,16 @@ def test_eval_json_schema_and_pass_exit():
     assert row["median_us"] > 0 and row["mode"] == "eager"
 
 
+def test_eval_table_says_where_the_judge_time_went():
+    proc = ratchet("eval", TASK, HONEST, "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    wall = [line for line in proc.stdout.splitlines() if "judge wall time" in line][0]
+    assert "start" in wall and "correctness" in wall and "timing" in wall
+    calls = [line for line in proc.stdout.splitlines() if "timed calls, mean us per call" in line]
+    assert len(calls) == 1 and int(calls[0].split()[0]) > 0
+    assert all(part in calls[0] for part in ("inputs", "prepare", "launch", "sync", "checks", "round_trip", "kernel"))
+
+
 def test_eval_fail_exit_code_and_reason():
     proc = ratchet("eval", TASK, str(DATA / "candidates" / "axpby_wrong.py"), "--device", "cpu", "--json")
     assert proc.returncode == 1

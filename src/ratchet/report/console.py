@@ -45,7 +45,11 @@ def print_verdict(verdict: Verdict, console: Console | None = None, counters: di
         console.print(f"  held-out shapes checked: {', '.join(str(s.shape) for s in held)}")
     for note in verdict.notes:
         console.print(f"  note: {note}")
-    console.print(f"  judge wall time {verdict.judge_wall_s:.1f} s")
+    phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in verdict.phases_s.items())
+    console.print(f"  judge wall time {verdict.judge_wall_s:.1f} s" + (f" ({phases})" if phases else ""))
+    if verdict.timed_calls:
+        parts = ", ".join(f"{part} {us:.0f}" for part, us in verdict.timed_calls["mean_us"].items())
+        console.print(f"  {verdict.timed_calls['calls']} timed calls, mean us per call: {parts}", soft_wrap=True)
 
 
 def print_run(run: dict, attempts: list[dict], history: list[dict], ideas: list[dict] = (),
