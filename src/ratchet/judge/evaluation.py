@@ -24,7 +24,7 @@ from ratchet.judge.device_lock import holding
 from ratchet.judge.guards import suspect_source
 from ratchet.judge.process import Limits, WorkerFailure, WorkerProcess
 from ratchet.judge.worker import sample_indices
-from ratchet.judge.timing import (CPU_POLICY, GPU_POLICY, HOST_PARTS, MAX_HOLD_SCALE, TimingPolicy, launch_exposed,
+from ratchet.judge.timing import (CPU_POLICY, GPU_POLICY, MAX_HOLD_SCALE, CallCosts, TimingPolicy, launch_exposed,
                                   summarize, too_many_exposed)
 from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES, Reason, ShapeResult, Verdict, verdict_from_reasons
 from ratchet.task import StatisticalRule, Task
@@ -465,45 +465,14 @@ class Evaluation:
                                 f"kernel's timed {cand_median_us:.1f} us (allowed {slack:.0f} us)")])
 
 
-class CallCosts:
-    """Sums, over timed calls, of the host time of each part the worker reports (worker.HOST_PARTS) and
-    of the rest of the round trip (pipe, pickling, the judge's own bookkeeping): what the timing phase's
-    wall time is made of, against the GPU time of the kernels themselves."""
-
-    def __init__(self):
-        self.calls = 0
-        self.sums = dict.fromkeys(HOST_PARTS + ("round_trip", "kernel"), 0.0)
-
-    def add(self, reply: dict):
-        parts = reply.get("host_us")
-        if not parts:
-            return
-        self.calls += 1
-        for part in HOST_PARTS:
-            self.sums[part] += parts[part]
-        self.sums["round_trip"] += max(0.0, reply["wall_us"] - sum(parts.values()))
-        self.sums["kernel"] += reply.get("us") or 0.0
-
-    def merge(self, other: "CallCosts"):
-        self.calls += other.calls
-        for part, value in other.sums.items():
-            self.sums[part] += value
-
-    def summary(self) -> dict:
-        """{"calls": n, "mean_us": {part: mean host us per call, "kernel": mean kernel us}}."""
-        if not self.calls:
-            return {}
-        return {"calls": self.calls, "mean_us": {k: round(v / self.calls, 1) for k, v in self.sums.items()}}
-
-
 def _note_hold(verdict: Verdict, row: ShapeResult, mode: str, timed: dict):
     """Say when a shape was timed with a longer launch hold, or launches still outlasted the hold."""
     label = f"shape {row.shape} {row.dtype} ({mode})"
     if timed.get("hold_scale", 1) > 1:
         verdict.notes.append(f"{label}: timed with a {timed['hold_scale']}x launch hold (the reference's launches "
                              "outlasted the shorter ones: a busy host)")
-    exposed = timed.get("exposed") or {}
-    if exposed.get("cand") or exposed.get("ref"):
+    exposed, calls = timed.get("exposed") or {}, len(timed.get("cand_times") or ())
+    if any(too_many_exposed(exposed.get(side, 0), calls) for side in ("cand", "ref")):
         verdict.notes.append(f"{label}: launches outlasted the hold in {exposed.get('cand', 0)} candidate and "
                              f"{exposed.get('ref', 0)} reference calls (their host launch time is in their times)")
 

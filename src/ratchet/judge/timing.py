@@ -106,8 +106,9 @@ synchronize = torch.cuda.synchronize
 # event: eager times are then the kernel's own, not its launch path (measured ~100 us on the H200 host).
 LAUNCH_HOLD_US = 300.0
 _CYCLES_PER_US: float | None = None
-# A busy host (other evaluations compiling, a loaded machine) can make a launch outlast the hold; the judge
-# then times the shape again with the hold doubled, up to this many times LAUNCH_HOLD_US.
+# A busy host (other evaluations compiling, a loaded machine) can make a launch outlast the hold; when the
+# reference's launches do, the judge times the shape again with the hold doubled, up to this many times
+# LAUNCH_HOLD_US (the candidate's own slow launches never raise it: see docs/judge.md).
 MAX_HOLD_SCALE = 8
 EXPOSED_SHARE = 0.02  # more than this share of timed calls launched past the hold: time again
 
@@ -116,6 +117,37 @@ EXPOSED_SHARE = 0.02  # more than this share of timed calls launched past the ho
 # flushing L2 and the census before the call, the hold and the launch, waiting for the GPU (and the
 # output snapshot), the checks after the call.
 HOST_PARTS = ("inputs", "prepare", "launch", "sync", "checks")
+
+
+class CallCosts:
+    """Sums, over timed calls, of the host time of each part the worker reports (HOST_PARTS) and
+    of the rest of the round trip (pipe, pickling, the judge's own bookkeeping): what the timing phase's
+    wall time is made of, against the GPU time of the kernels themselves."""
+
+    def __init__(self):
+        self.calls = 0
+        self.sums = dict.fromkeys(HOST_PARTS + ("round_trip", "kernel"), 0.0)
+
+    def add(self, reply: dict):
+        parts = reply.get("host_us")
+        if not parts:
+            return
+        self.calls += 1
+        for part in HOST_PARTS:
+            self.sums[part] += parts[part]
+        self.sums["round_trip"] += max(0.0, reply["wall_us"] - sum(parts.values()))
+        self.sums["kernel"] += reply.get("us") or 0.0
+
+    def merge(self, other: "CallCosts"):
+        self.calls += other.calls
+        for part, value in other.sums.items():
+            self.sums[part] += value
+
+    def summary(self) -> dict:
+        """{"calls": n, "mean_us": {part: mean host us per call, "kernel": mean kernel us}}."""
+        if not self.calls:
+            return {}
+        return {"calls": self.calls, "mean_us": {k: round(v / self.calls, 1) for k, v in self.sums.items()}}
 
 
 def launch_exposed(launch_us: float | None, hold_scale: float) -> bool:
