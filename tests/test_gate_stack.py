@@ -32,8 +32,10 @@ SPACE = {"UNUSED": [0, 1]}
 
 
 def kernel(x, weight, eps, UNUSED=0):
-    r = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    return x * r.square_().div_(x.shape[-1]).add_(eps).rsqrt_() * weight
+    # The reference's own operations, two of them in place: as fast as the reference, give or take noise
+    # (a norm-based version read 1-4.5% slower on two cores).
+    inv = x.square().mean(dim=-1, keepdim=True).add_(eps).rsqrt_()
+    return x * inv * weight
 '''
 
 WRONG_RMSNORM = '''
@@ -274,7 +276,7 @@ def _timing(times):
 def test_slower_means_beyond_the_noise_floor_and_significant():
     rng = np.random.default_rng(0)
     base = _timing(100 + rng.normal(0, 1, 30))
-    assert compare(base, _timing(110 + rng.normal(0, 1, 30))).slower  # 10% over a 5% floor
+    assert compare(base, _timing(110 + rng.normal(0, 1, 30))).slower  # 10% over an 8% floor
     within = compare(base, _timing(103 + rng.normal(0, 1, 30)))  # significant, but under the floor
     assert not within.slower and within.p_slower < 0.01 and within.noise == CPU_STEP_POLICY.min_noise
     assert not compare(base, _timing(110 + rng.normal(0, 1, 2))).slower  # too few samples to say

@@ -27,9 +27,11 @@ candidate is slower only when its median is above the baseline's by more than th
 one-sided Mann-Whitney U test on the batch samples says so at ``alpha``. The noise floor is the
 baseline's relative half-IQR (the spread one more measurement of the same thing shows,
 ``keep.noise_floor``), never less than ``min_noise``: 1% on a GPU (the run-to-run agreement of the
-judge on a quiet H200), 5% on a CPU: two interleaved copies of the same kernel in tiny llama came out
-up to 4% apart on two cores while another process held one (2026-11-30). A median that is higher but
-within the floor is not "slower", and neither is a significant 0.5% on a 1% floor.
+judge on a quiet H200), 8% on a CPU: two interleaved copies of the same kernel in tiny llama came out
+up to 4% apart on two cores while another process held one, and the reference gated against its own
+code read 0.99-1.04 (median 1.011) over 21 settings, so at 5% an honest kernel failed one CI run in about
+four (2026-11-30). A median that is higher but within the floor is not "slower", and neither is a
+significant 0.5% on a 1% floor.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ class StepTimingPolicy:
 
 GPU_STEP_POLICY = StepTimingPolicy(min_batches=10, max_batches=200, cap_s=4.0, target_rse=0.005, batch_us=5000.0,
                                    warmup=3, min_noise=KeepPolicy().min_noise)
-CPU_STEP_POLICY = StepTimingPolicy()
+CPU_STEP_POLICY = StepTimingPolicy(min_noise=0.08)  # see the module's docstring
 
 
 def policy_for(device: str) -> StepTimingPolicy:
