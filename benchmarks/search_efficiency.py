@@ -34,7 +34,7 @@ from ratchet.candidate import Candidate, load_candidate  # noqa: E402
 from ratchet.ledger import config_key  # noqa: E402
 from ratchet.search.base import Outcome  # noqa: E402
 from ratchet.search.tune import TuneProposer, TuneSettings  # noqa: E402
-from ratchet.task import load_task  # noqa: E402
+from ratchet.task import TaskError, load_task  # noqa: E402
 
 WITHIN = 0.98
 ROOT = Path(__file__).parent.parent
@@ -120,7 +120,7 @@ def shape_weight(task_name: str):
     """The task's shape weights, for tables saved before each shape kept its weight (1 if unknown)."""
     try:
         return load_task(task_name).shape_weight
-    except Exception:
+    except TaskError:
         return lambda shape: 1.0
 
 

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ratchet.workloads import build, config_for
+from ratchet.workloads.config import WORKLOADS
 from ratchet.workloads import core
 
 
@@ -105,7 +106,7 @@ def _measured(paths: list[Path]) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workloads", nargs="+", default=["llama", "deepseek"])
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     parser.add_argument("--contexts", nargs="+", type=int, default=[8192, 32768])
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 32])
     parser.add_argument("--size", default="full", choices=["full", "tiny"])
@@ -115,6 +116,8 @@ def main():
                         help="e2e_stack.json files (benchmarks/e2e_stack.py) whose step times to compare")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here (markdown)")
     args = parser.parse_args()
+    if min(args.contexts + args.batch) < 1:
+        parser.error("--contexts and --batch must be positive")
     missing = [str(p) for p in args.e2e if not p.is_file()]
     if missing:
         parser.error(f"--e2e: no such file: {', '.join(missing)}")

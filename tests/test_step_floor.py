@@ -54,3 +54,8 @@ def test_the_script_writes_a_table_and_refuses_a_missing_file(tmp_path):
     assert len(rows) == 2
     bad = subprocess.run(cmd + ["--e2e", str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no such file" in bad.stderr
+    for wrong, says in ((["--workloads", "mistral"], "invalid choice: 'mistral'"),
+                        (["--contexts", "0"], "--contexts and --batch must be positive")):
+        proc = subprocess.run(cmd + wrong, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and says in proc.stderr.strip().splitlines()[-1]
+        assert "Traceback" not in proc.stderr
