@@ -19,7 +19,7 @@ import torch
 from ratchet.candidate import load_candidate
 from ratchet.judge import JudgeOptions, evaluate
 from ratchet.task import load_task
-from subset import describe_subset, subset_task
+from subset import describe_subset, parse_where, subset_task
 
 
 def main():
@@ -30,13 +30,22 @@ def main():
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--shapes", type=int, help="only the first N public shapes of each task")
     parser.add_argument("--first-dtype", action="store_true", help="only each task's first dtype")
+    parser.add_argument("--where", nargs="+", metavar="SIZE=N",
+                        help="only public shapes with these sizes (e.g. Hkv=1 for DeepSeek's MLA heads)")
     parser.add_argument("--out", default="out")
     args = parser.parse_args()
+    try:
+        where = parse_where(args.where)
+    except ValueError as exc:
+        parser.error(str(exc))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     records, lines = [], []
     for name in args.tasks:
-        task = subset_task(load_task(name), args.device, args.shapes, args.first_dtype)
+        try:
+            task = subset_task(load_task(name), args.device, args.shapes, args.first_dtype, where)
+        except ValueError as exc:
+            parser.exit(2, f"eval_seeds.py: {exc}\n")
         for seed in task.seeds():
             if args.seeds and not any(s in seed.name for s in args.seeds):
                 continue
@@ -49,7 +58,7 @@ def main():
             records.append({"task": name, "seed": seed.name, "runs": runs})
             lines += table_rows(name, seed.name, runs)
             table = write_tables(out, args.device, records, lines,  # after each seed: a time limit keeps them
-                                 describe_subset(args.shapes, args.first_dtype))
+                                 describe_subset(args.shapes, args.first_dtype, where))
     print(table)
     for rec in records:
         walls = [r["judge_wall_s"] for r in rec["runs"]]

@@ -25,7 +25,7 @@ from ratchet.judge.guards import suspect_source
 from ratchet.judge.process import Limits, WorkerFailure, WorkerProcess
 from ratchet.judge.worker import sample_indices
 from ratchet.judge.timing import (CPU_POLICY, GPU_POLICY, MAX_HOLD_SCALE, CallCosts, TimingPolicy, launch_exposed,
-                                  summarize, too_many_exposed)
+                                  starting_hold_scale, summarize, too_many_exposed)
 from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES, Reason, ShapeResult, Verdict, verdict_from_reasons
 from ratchet.task import StatisticalRule, Task
 
@@ -350,11 +350,18 @@ class Evaluation:
         policy = self.policy
         sides = {"cand": self.cand, "ref": self.ref}
         extra = {"mode": mode, "graph_key": graph_key, "flush": True, "guards": self.opts.guards, "hold_scale": 1}
+        warm_launches = []
         for name, worker in sides.items():  # warm-up: the same calls as timed ones, numbers discarded
             for _ in range(policy.warmup_calls):
                 reply = self._call(worker, shape, dtype, self.rng.getrandbits(62), **extra)
                 if name == "cand":
                     self._raise_on_flags(reply, label)
+                elif reply.get("launch_us") is not None:
+                    warm_launches.append(reply["launch_us"])
+        # Start at the hold the reference's warm-up launches need: each restart below throws away a whole
+        # measurement (on the H200, 2026-11-30, decode_attention's eager reference needed 4-8x on every
+        # shape and the restarts made timing 107 of an evaluation's 150 s).
+        extra["hold_scale"] = starting_hold_scale(warm_launches)
         pending = []  # timed calls whose outputs are checked after timing, restarts included
         while True:
             run = self._measure(shape, dtype, label, extra, pending)

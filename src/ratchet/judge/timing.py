@@ -162,6 +162,20 @@ def too_many_exposed(exposed: int, calls: int) -> bool:
     return exposed > max(1, EXPOSED_SHARE * calls)
 
 
+def starting_hold_scale(warmup_launches_us: list[float]) -> int:
+    """The smallest power-of-two hold scale (up to MAX_HOLD_SCALE) that covers the slowest but one of
+    the reference's warm-up launches with a quarter to spare; 1 when none were measured (the CPU). The
+    slowest one is left out: the first call of a shape may allocate or pick a cuBLAS algorithm."""
+    if not warmup_launches_us:
+        return 1
+    launches = sorted(warmup_launches_us)
+    typical = launches[-2] if len(launches) > 1 else launches[-1]
+    scale = 1
+    while scale < MAX_HOLD_SCALE and typical * 1.25 > LAUNCH_HOLD_US * scale:
+        scale *= 2
+    return scale
+
+
 def cycles_for_us(us: float) -> int:
     """Cycles of ``torch.cuda._sleep`` that keep the GPU busy for at least ``us`` microseconds.
 
