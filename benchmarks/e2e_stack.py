@@ -57,7 +57,8 @@ def _step_run(spec: dict) -> dict:
 
     with Ledger(spec["ledger"]) as ledger:
         before = {r["id"] for r in ledger.list_runs()}
-        request = RunRequest(task=spec["task"], budget=spec["budget"], seconds=spec["seconds"], device=spec["device"])
+        request = RunRequest(task=spec["task"], seeds=tuple(spec.get("seeds") or ()), budget=spec["budget"],
+                             seconds=spec["seconds"], device=spec["device"])
         code = start_or_resume(ledger, request, Console(stderr=True))
         new = [r for r in ledger.list_runs() if r["id"] not in before]
         return {"status": "ok" if code == 0 else "stopped", **_run_info(ledger, new[-1]["id"])} if new else {
@@ -274,13 +275,15 @@ class Session:
             limit = min(a.step_timeout, self.left(), a.run_seconds + GRACE_S + DRAIN_S)
             # The run's own time budget ends it (keeping its best) before the step's limit would kill it.
             spec = {"kind": "run", "ledger": self.ledger, "task": a.run_task, "budget": a.budget,
-                    "device": a.device, "seconds": max(1.0, min(a.run_seconds, limit - GRACE_S - DRAIN_S))}
+                    "seeds": a.run_seed, "device": a.device,
+                    "seconds": max(1.0, min(a.run_seconds, limit - GRACE_S - DRAIN_S))}
             before = self._run_ids()
             out = self.step(f"run-{a.run_task}", spec, limit)
             new = [r for r in self._run_ids() if r not in before]
             if out["status"] != "ok" and new:  # killed or crashed: the run keeps what it recorded so far
                 out.update(self._run_info(new[-1]))
-            runs.append({"how": f"ratchet run {a.run_task} --budget {a.budget}", **out})
+            seeds = "".join(f" --seed {seed}" for seed in a.run_seed or ())
+            runs.append({"how": f"ratchet run {a.run_task}{seeds} --budget {a.budget}", **out})
             self.save()
         usable = [r["run"] for r in runs if r.get("run") and r.get("best_speedup") is not None]
         for r in runs:
@@ -431,6 +434,8 @@ def _cell(text: str) -> str:
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run-task", metavar="TASK", help="start a run of TASK first (the tuner over its seeds)")
+    p.add_argument("--run-seed", nargs="+", metavar="FILE", help="the run's seed files (as `ratchet run --seed`); "
+                   "default all of the task's seeds for the device")
     p.add_argument("--budget", type=int, default=6, help="attempts of that run (default 6)")
     p.add_argument("--run-seconds", type=float, default=180.0, help="time budget of that run (default 180 s, so "
                    "the gates and the stack keep most of --time-budget)")

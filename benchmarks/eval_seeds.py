@@ -32,6 +32,8 @@ def main():
     parser.add_argument("--first-dtype", action="store_true", help="only each task's first dtype")
     parser.add_argument("--where", nargs="+", metavar="SIZE=N",
                         help="only public shapes with these sizes (e.g. Hkv=1 for DeepSeek's MLA heads)")
+    parser.add_argument("--config", nargs="+", metavar="JSON", type=json.loads,
+                        help="judge each seed at these configs (JSON objects) instead of its defaults")
     parser.add_argument("--out", default="out")
     args = parser.parse_args()
     try:
@@ -49,16 +51,18 @@ def main():
         for seed in task.seeds():
             if args.seeds and not any(s in seed.name for s in args.seeds):
                 continue
-            runs = []
-            for _ in range(args.repeats):
-                verdict = evaluate(task, load_candidate(seed), None, JudgeOptions(device=args.device))
-                runs.append(verdict.to_json())
-                print(f"{name}/{seed.name}: {verdict.verdict} speedup={verdict.speedup} "
-                      f"wall={verdict.judge_wall_s:.1f}s {[r.code for r in verdict.reasons]}", flush=True)
-            records.append({"task": name, "seed": seed.name, "runs": runs})
-            lines += table_rows(name, seed.name, runs)
-            table = write_tables(out, args.device, records, lines,  # after each seed: a time limit keeps them
-                                 describe_subset(args.shapes, args.first_dtype, where))
+            for config in args.config or [None]:
+                label = seed.name + (f" {json.dumps(config, separators=(',', ':'))}" if config else "")
+                runs = []
+                for _ in range(args.repeats):
+                    verdict = evaluate(task, load_candidate(seed), config, JudgeOptions(device=args.device))
+                    runs.append(verdict.to_json())
+                    print(f"{name}/{label}: {verdict.verdict} speedup={verdict.speedup} "
+                          f"wall={verdict.judge_wall_s:.1f}s {[r.code for r in verdict.reasons]}", flush=True)
+                records.append({"task": name, "seed": seed.name, "config": config, "runs": runs})
+                lines += table_rows(name, label, runs)
+                table = write_tables(out, args.device, records, lines,  # after each one: a time limit keeps them
+                                     describe_subset(args.shapes, args.first_dtype, where))
     print(table)
     for rec in records:
         walls = [r["judge_wall_s"] for r in rec["runs"]]

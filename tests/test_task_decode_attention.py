@@ -168,20 +168,33 @@ def test_triton_seeds_match_reference(triton_seed, shape):
 
 
 def test_wide_heads_go_in_blocks_that_fit_an_sm(triton_seed):
-    # DeepSeek's absorbed MLA (G = 128, D = 576 = 512 + 64): 8 programs of 16 heads, 16 positions per block
-    # (a whole group with the config's 64 asked for 1 MB of shared memory on the H200); Llama's D = 128
-    # keeps whole groups and the config's block; a head of 96 is 64 + 32, not one padded 128.
-    tiles = triton_seed[1].tiles
-    assert tiles(128, 576, 64) == (16, 512, 64, 16, 8)
+    # DeepSeek's absorbed MLA (G = 128, D = 576 = 512 + 64) in blocks of 16 heads (a whole group with the
+    # config's 64 positions asked for 1 MB of shared memory on the H200); Llama's D = 128 keeps whole groups
+    # and the config's block; a head of 96 is 64 + 32, not one padded 128.
+    name, module = triton_seed
+    tiles = module.tiles
+    if name == "triton_split_k":
+        # 4 warps take 16 heads of MLA, 8 warps 32, both 32 positions (64 asked 352 KB of shared memory for
+        # sm_90, tests/test_triton_seeds_sm90.py); Llama's tiles do not change with warps.
+        assert tiles(128, 576, 64) == (16, 512, 64, 32, 8)
+        assert tiles(128, 576, 64, num_warps=8) == (32, 512, 64, 32, 4)
+        assert tiles(4, 128, 64, num_warps=8) == (16, 128, 0, 64, 1)
+        budget = {4: 16 * 576, 8: 32 * 576}  # accumulator elements; keys at most 32 x 576
+    else:
+        assert tiles(128, 576, 64) == (16, 512, 64, 16, 8)
+        budget = {4: 8192}
     assert tiles(4, 128, 64) == (16, 128, 0, 64, 1)
     assert tiles(64, 128, 128) == (64, 128, 0, 128, 1)
     assert tiles(5, 96, 32) == (16, 64, 32, 32, 1)
     assert tiles(2, 24, 64) == (16, 16, 16, 64, 1)
-    for G, D, block in ((128, 576, 64), (64, 128, 128), (32, 576, 32), (7, 100, 128)):
-        block_g, block_da, block_db, block_l, blocks = tiles(G, D, block)
-        assert block_da <= D <= block_da + block_db or (block_db == 0 and D == block_da)
-        assert block_g * (block_da + block_db) <= 8192 or block_g == 16
-        assert block_l * (block_da + block_db) <= 16384 and block_l >= 16 and blocks * block_g >= G
+    for warps, acc_budget in budget.items():
+        for G, D, block in ((128, 576, 64), (64, 128, 128), (32, 576, 32), (7, 100, 128)):
+            args = (G, D, block) if name != "triton_split_k" else (G, D, block, warps)
+            block_g, block_da, block_db, block_l, blocks = tiles(*args)
+            assert block_da <= D <= block_da + block_db or (block_db == 0 and D == block_da)
+            assert block_g * (block_da + block_db) <= acc_budget or block_g == 16
+            assert block_l * (block_da + block_db) <= 2 * min(acc_budget, 16 * 576) and block_l >= 16
+            assert blocks * block_g >= G
 
 
 def test_every_triton_config_is_correct_on_an_odd_shape(triton_seed):

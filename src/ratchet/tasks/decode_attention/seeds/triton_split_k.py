@@ -11,8 +11,8 @@ in the merge (piece 0 is never empty, so m is finite). Lengths never leave the d
 comes from the padded L), so the kernel can be captured in a CUDA graph.
 SPLITS == 0 picks enough pieces for ~4 programs per SM, at least 4 blocks each; with one piece (large
 batches) the first kernel writes the normalized output itself and the merge is skipped.
-Wide heads go in blocks of 16 and the head dim in two power-of-two parts (DeepSeek-V3's absorbed MLA:
-G = 128, D = 576 = 512 + 64), as in triton_gqa.py.
+Wide heads go in blocks of 16 (4 warps) or 32 (8 warps) and the head dim in two power-of-two parts
+(DeepSeek-V3's absorbed MLA: G = 128, D = 576 = 512 + 64), as in triton_gqa.py.
 The EMULATE helpers make the interpreter (CPU tests) compute what the GPU does; see triton_gqa.py.
 On the H200 (2026-11-30, docs/measurements/2026-11-30-h200-session4): 16 us at B = 1, L = 4096 and 51-58 us
 at L = 32768 (issue 5 asks for 8 and 35), 0.85-0.92 of the roofline at B = 8 to 256.
@@ -28,7 +28,8 @@ import triton.language as tl
 SPACE = {"SPLITS": [0, 8, 32], "BLOCK_L": [64, 32], "num_warps": [4, 8]}
 
 _PROGRAMS_PER_SM = 4
-_MAX_TILE = 8192  # elements of a [BLOCK_G, head] tile, or of half a [BLOCK_L, head] tile: see triton_gqa.py
+_ACC_PER_THREAD = 72  # fp32 accumulator elements per thread (tiles())
+_MAX_KEYS_TILE = 18432  # elements of a [BLOCK_L, head] key tile (tiles()): 32 positions of 576
 _MIN_BLOCKS_PER_SPLIT = 4
 _DEFAULT_SMS = 132  # an H100 / H200; the interpreter has no SMs to ask about
 
@@ -161,15 +162,20 @@ def _merge_splits(m_ptr, s_ptr, acc_ptr, out_ptr, stride_ob, stride_oh, Hq, D, S
              mask=d_ok)
 
 
-def _split_count(programs, L, block, device, requested):
-    """Pieces of the context, for ``programs`` programs per piece (B x Hkv x head blocks)."""
+def _split_count(programs, L, block, device, requested, G=1):
+    """Pieces of the context, for ``programs`` programs per piece (B x Hkv x head blocks).
+
+    A piece writes G x D fp32 partial outputs and reads 4 x chunk x D bytes of keys and values, so pieces of
+    at least 4 G keys keep the workspace under a quarter of the cache read (G = 128 for MLA: 512 keys).
+    """
     blocks = triton.cdiv(L, block)
     if requested:
         return max(1, min(requested, blocks))
     sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device()) \
         if device.type == "cuda" else _DEFAULT_SMS
     want = triton.cdiv(_PROGRAMS_PER_SM * sms, programs)
-    return max(1, min(want, blocks // _MIN_BLOCKS_PER_SPLIT))
+    min_blocks = max(_MIN_BLOCKS_PER_SPLIT, triton.cdiv(4 * G, block))
+    return max(1, min(want, blocks // min_blocks))
 
 
 def head_parts(D):
@@ -180,13 +186,21 @@ def head_parts(D):
     return block_da, (max(16, triton.next_power_of_2(rest)) if rest > 0 else 0)
 
 
-def tiles(G, D, BLOCK_L):
-    """(BLOCK_G, BLOCK_DA, BLOCK_DB, BLOCK_L, head blocks) for a group of G heads of size D (see
-    triton_gqa.py): tiles of at most _MAX_TILE elements of query or accumulator, twice that of keys."""
+def tiles(G, D, BLOCK_L, num_warps=4):
+    """(BLOCK_G, BLOCK_DA, BLOCK_DB, BLOCK_L, head blocks) for a group of G heads of size D.
+
+    The fp32 accumulator [BLOCK_G, head] gets at most _ACC_PER_THREAD elements per thread, so more warps
+    take more heads: at DeepSeek's MLA heads (G = 128, D = 576) 16 heads with 4 warps and 32 with 8, fewer
+    head blocks re-reading the same keys from L2. The key tile [BLOCK_L, head] is at most _MAX_KEYS_TILE
+    elements: keys and values in two stages then fill 174 KB (4 warps) and 212 KB (8) of the H200's 227 KB
+    at MLA; 64 positions asked 352 KB. ptxas for sm_90 (Triton 3.6) compiled 16 and 32 heads without
+    spills; 64 heads with 8 warps spilled (docs/NOTES.md, 2026-11-30 session 5).
+    """
     block_da, block_db = head_parts(D)
     width = block_da + block_db
-    block_g = max(16, min(triton.next_power_of_2(G), _floor_pow2(_MAX_TILE // width)))
-    block_l = max(16, min(BLOCK_L, _floor_pow2(2 * _MAX_TILE // width)))
+    threads = 32 * num_warps
+    block_g = max(16, min(triton.next_power_of_2(G), _floor_pow2(_ACC_PER_THREAD * threads // width)))
+    block_l = max(16, min(BLOCK_L, _floor_pow2(_MAX_KEYS_TILE // width)))
     return block_g, block_da, block_db, block_l, triton.cdiv(G, block_g)
 
 
@@ -204,8 +218,8 @@ def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4):
     out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
     if B == 0 or Hq == 0:
         return out
-    block_g, block_da, block_db, block_l, head_blocks = tiles(G, D, BLOCK_L)
-    splits = _split_count(B * Hkv * head_blocks, L, block_l, q.device, SPLITS)
+    block_g, block_da, block_db, block_l, head_blocks = tiles(G, D, BLOCK_L, num_warps)
+    splits = _split_count(B * Hkv * head_blocks, L, block_l, q.device, SPLITS, G)
     chunk = triton.cdiv(triton.cdiv(L, splits), block_l) * block_l  # whole blocks per piece
     splits = triton.cdiv(L, chunk)  # no piece past L
     direct = splits == 1
