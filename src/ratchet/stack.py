@@ -176,7 +176,7 @@ def promoted_kernels(ledger: Ledger, gates_dir: Path, request: StackRequest, ker
             path = kernel_dir / f"kernel_{best['source_sha256'][:12]}.py"
             path.write_text(best["source"])
             try:
-                kernel = load_kernel(path, best["config"])
+                kernel = load_kernel(path, best["config"], op=run["task"])
             except Exception as exc:
                 notes.append(f"run {run_id} skipped: its kernel does not load here ({type(exc).__name__}: {exc})")
                 continue

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import importlib.util
 import sys
 from dataclasses import dataclass
@@ -93,11 +94,12 @@ def reference(name: str) -> Callable[..., Any]:
     return load_task(name).reference
 
 
-def load_kernel(path: str | Path, config: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+def load_kernel(path: str | Path, config: Mapping[str, Any] | None = None, op: str | None = None) -> Callable[..., Any]:
     """Import a candidate file's ``kernel`` with ``config`` (checked against its SPACE) bound.
 
     A config key missing from ``config`` takes the SPACE's default, as the judge does. Raises
     CandidateError for a file that defines no ``kernel`` (KernelBench ``ModelNew`` files included).
+    With ``op`` (a workload op name) the kernel comes back as a torch custom op (``opaque_op``).
     """
     candidate = load_candidate(path)
     if candidate.kind != "ratchet":
@@ -118,12 +120,66 @@ def load_kernel(path: str | Path, config: Mapping[str, Any] | None = None) -> Ca
     if not callable(kernel):
         raise CandidateError(f"{path}: kernel is not callable")
     bound = functools.partial(kernel, **resolved) if resolved else kernel
+    if op is not None:
+        config_key = hashlib.sha256(repr(sorted(resolved.items())).encode()).hexdigest()[:8]
+        return opaque_op(op, bound, f"{candidate.sha256[:16]}_{config_key}")
     # Opaque to torch.compile: the judge passed the kernel as it runs eagerly, so a compiled model must
-    # run that same code. Traced by dynamo, a Triton kernel is recompiled by Inductor with its own
+    # run it the same way, not trace into it (Inductor would re-specialize a Triton kernel on its own
     # argument types: on the H200 (2026-11-30) the split-K decode-attention seed got its float scale as
     # fp64 there and failed to compile ("loop-carried variable m ... fp32 ... re-assigned to fp64").
-    # The cost is one graph break per call; CUDA graphs still capture the whole step.
+    # The cost is one graph break per call; opaque_op avoids it where the op is known.
     return torch.compiler.disable(bound)
+
+
+# Each op's signature as a torch custom op: what a compiled model sees of an installed kernel.
+SCHEMAS: Mapping[str, str] = {
+    "rmsnorm": "(Tensor x, Tensor weight, float eps) -> Tensor",
+    "add_rmsnorm": "(Tensor x, Tensor residual, Tensor weight, float eps) -> (Tensor, Tensor)",
+    "silu_mul": "(Tensor x) -> Tensor",
+    "rope": "(Tensor q, Tensor k, Tensor cos, Tensor sin) -> (Tensor, Tensor)",
+    "softmax": "(Tensor x) -> Tensor",
+    "top_p_sampling": "(Tensor logits, Tensor top_p) -> Tensor",
+    "moe_route": "(Tensor logits, Tensor bias) -> (Tensor, Tensor)",
+    "decode_attention": "(Tensor q, Tensor k_cache, Tensor v_cache, Tensor seq_lens) -> Tensor",
+}
+_LIBRARY: torch.library.Library | None = None
+_OPAQUE: dict[str, Callable[..., Any]] = {}
+
+
+def opaque_op(op: str, fn: Callable[..., Any], key: str) -> Callable[..., Any]:
+    """``fn`` as the custom op ``torch.ops.ratchet.<op>_<key>``: torch.compile keeps it in the graph as one
+    opaque call (no graph break, no tracing into the kernel), and works out its outputs' shapes and dtypes
+    by running the task's reference on fake tensors.
+
+    On the H200 (2026-11-30), the split-K decode-attention kernel wrapped in ``torch.compiler.disable``
+    made DeepSeek's compiled decode step 2.9 ms slower than the same kernel under CUDA graphs alone (a
+    graph break in every layer); see docs/NOTES.md. A kernel must not write its inputs or return them
+    (the judge refuses both), which is what a custom op without ``mutates_args`` promises.
+    """
+    global _LIBRARY
+    qualname = f"{op}_{key}"
+    if qualname in _OPAQUE:
+        return _OPAQUE[qualname]
+    schema = SCHEMAS[op]
+    returns_tuple = schema.rstrip().endswith(")")
+    if _LIBRARY is None:
+        _LIBRARY = torch.library.Library("ratchet", "FRAGMENT")  # lives as long as the process
+
+    def run(*args):
+        out = fn(*args)
+        if returns_tuple:
+            return tuple(out)
+        return out[0] if isinstance(out, (tuple, list)) else out
+
+    def fake(*args):
+        out = reference(op)(*args)
+        return tuple(out) if returns_tuple else out
+
+    _LIBRARY.define(qualname + schema)
+    _LIBRARY.impl(qualname, run, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"ratchet::{qualname}", fake, lib=_LIBRARY)
+    _OPAQUE[qualname] = getattr(torch.ops.ratchet, qualname)
+    return _OPAQUE[qualname]
 
 
 def _check_name(name: str) -> None:
@@ -139,6 +195,10 @@ class OpRegistry:
         self._recorders: list[list[OpCall]] = []
         # The op running now, left set when it raises: says which op broke a CUDA graph capture.
         self.active: str | None = None
+        # Looked up here, not on each call: a compiled step traces call(), and reference()'s first lookup
+        # (loading the task, a glob of the task folder) broke the graph at every op, the torch.compile
+        # baseline of the e2e tables included (found 2026-11-30, session 5; docs/NOTES.md).
+        self._references = {name: reference(name) for name in OPS}
 
     # -- choosing implementations --------------------------------------------------------------------
     def get(self, name: str) -> Callable[..., Any]:
@@ -175,7 +235,7 @@ class OpRegistry:
         before.
         """
         _check_name(name)
-        kernel = load_kernel(path, config)
+        kernel = load_kernel(path, config, op=name)
         return _Installed(self, name, kernel, self.set(name, kernel))
 
     # -- recording -----------------------------------------------------------------------------------
@@ -192,7 +252,7 @@ class OpRegistry:
 
     # -- calling -------------------------------------------------------------------------------------
     def call(self, name: str, *args: Any) -> Any:
-        fn = self._impls.get(name) or reference(name)
+        fn = self._impls.get(name) or self._references[name]
         if self._recorders:
             call = OpCall(name, SHAPES[name](*args), args[0].dtype)
             for calls in self._recorders:
