@@ -58,7 +58,9 @@ class MLAttention(nn.Module):
         q_nope = q[..., :dn]
         w_kv = self.wkv_b.view(H, dn + c.v_head_dim, R)
         if step.decode:
-            cache[step.rows, 0, step.positions] = entry
+            # A slice, not the index 0, for the one kv head: Inductor copied the whole cache per layer for
+            # the index_put through that select view (found 2026-11-30, session 5; docs/NOTES.md).
+            cache[step.rows, :, step.positions] = entry[:, None]
             # Absorb: q_nope . (W_uk latent) = (W_uk^T q_nope) . latent, per head.
             q_lat = torch.bmm(q_nope.transpose(0, 1), w_kv[:, :dn])  # [H, T, R]
             q_abs = torch.cat([q_lat, q_pe.transpose(0, 1)], dim=-1).transpose(0, 1)  # [T, H, R + dr]
@@ -68,7 +70,7 @@ class MLAttention(nn.Module):
             out = out.transpose(0, 1)
         else:
             B, S = step.batch, step.seq
-            cache[:, 0, :S] = entry.view(B, S, -1)
+            cache[:, :, :S] = entry.view(B, 1, S, -1)
             kv_up = F.linear(latent, self.wkv_b).view(T, H, dn + c.v_head_dim)
             k = torch.cat([kv_up[..., :dn], k_pe.expand(T, H, dr)], dim=-1)
             q_full = torch.cat([q_nope, q_pe], dim=-1)
