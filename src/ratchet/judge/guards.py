@@ -159,6 +159,7 @@ class Census:
         self.process = psutil.Process()
         self._threads: set[int] = set()
         self._children: set[int] = set()
+        self._children_files: dict[str, int] = {}  # thread id -> open fd of its children file
 
     def before(self):
         self._threads = {t.ident for t in threading.enumerate()}
@@ -200,20 +201,47 @@ class Census:
         return [t for t in threads if second.get(t.native_id, 0.0) > first.get(t.native_id, 0.0)]
 
     def _safe_children(self):
-        """Direct children, read from /proc/self/task/*/children where Linux has it (microseconds,
-        where psutil scans every process on the machine), else through psutil."""
+        """Direct children, read from /proc/self/task/*/children where Linux has it (psutil scans every
+        process on the machine), else through psutil."""
         try:
-            pids = set()
-            for task in os.scandir("/proc/self/task"):
-                with open(f"/proc/self/task/{task.name}/children") as f:
-                    pids.update(int(p) for p in f.read().split())
-            return [_Pid(p) for p in pids]
+            return [_Pid(p) for p in self._proc_children()]
         except OSError:
             pass
         try:
             return [c for c in self.process.children(recursive=True) if c.is_running()]
         except psutil.Error:
             return []
+
+    def _proc_children(self) -> set[int]:
+        """Each thread's children file, kept open and read again from offset 0: opening ~30 of them twice
+        per timed call took ~0.6 ms of the worker's ~1.8 ms per call on the H200 host (2026-11-30); a pread
+        of an open one takes ~1 us. A thread id that died (or was reused) is opened afresh."""
+        tids = os.listdir("/proc/self/task")
+        pids: set[int] = set()
+        for tid in tids:
+            data = self._read_children(tid)
+            if data:
+                pids.update(int(p) for p in data.split())
+        for tid in set(self._children_files) - set(tids):  # threads gone since the last read
+            os.close(self._children_files.pop(tid))
+        return pids
+
+    def _read_children(self, tid: str) -> bytes:
+        fd = self._children_files.get(tid)
+        if fd is not None:
+            try:
+                return os.pread(fd, 1 << 16, 0)
+            except OSError:  # that thread ended; the id may belong to a new one now
+                os.close(self._children_files.pop(tid))
+        try:
+            fd = os.open(f"/proc/self/task/{tid}/children", os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:  # ended between the listing and now
+            return b""
+        self._children_files[tid] = fd
+        try:
+            return os.pread(fd, 1 << 16, 0)
+        except OSError:
+            return b""
 
 
 class _Pid:
