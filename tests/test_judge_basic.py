@@ -116,3 +116,39 @@ def test_timed_calls_say_where_the_timing_time_went():
     assert means["launch"] >= means["kernel"] * 0.5  # on the CPU the launch is the call itself
     per_call_s = sum(value for key, value in means.items() if key != "kernel") * v.timed_calls["calls"] / 1e6
     assert per_call_s <= v.phases_s["timing"]
+
+
+def test_a_kernel_that_reuses_one_output_buffer_passes_when_timed(tmp_path):
+    # Timed calls run in batches and the judge checks some earlier call of a batch after the batch: it
+    # must judge what that call returned (its snapshot), not the buffer a later call overwrote.
+    static = tmp_path / "axpby_static_out.py"
+    static.write_text(
+        "import torch\n\n"
+        "_OUT = {}\n\n"
+        "def kernel(x, y, a):\n"
+        "    out = _OUT.get(x.numel())\n"
+        "    if out is None:\n"
+        "        out = _OUT[x.numel()] = torch.empty_like(x)\n"
+        "    return torch.add(y, x, alpha=a, out=out)\n"
+    )
+    v = evaluate(TASK, load_candidate(static), None, JudgeOptions(device="cpu"))
+    assert v.verdict == "pass", v.reasons
+    assert all(s.reps >= 8 for s in v.shapes if not s.held_out)
+
+
+def test_a_kernel_wrong_on_most_timed_calls_is_caught_by_the_batch_checks(tmp_path):
+    # Right on its first calls (the correctness phase and warm-up), then right only on every eighth call:
+    # whichever calls of a batch the judge picks after the batch, most are wrong.
+    sly = tmp_path / "axpby_sly.py"
+    sly.write_text(
+        "import torch\n\n"
+        "CALLS = [0]\n\n"
+        "def kernel(x, y, a):\n"
+        "    CALLS[0] += 1\n"
+        "    out = torch.add(y, x, alpha=a)\n"
+        "    if CALLS[0] > 40 and CALLS[0] % 8:\n"
+        "        out[0] += 1.0\n"
+        "    return out\n"
+    )
+    v = evaluate(TASK, load_candidate(sly), None, JudgeOptions(device="cpu"))
+    assert v.verdict == "fail" and "timed_output_wrong" in codes(v), v.reasons

@@ -56,6 +56,9 @@ class _Scripted(Evaluation):
         launch = self.warmup_launch_us if warming and self.warmup_launch_us is not None else self.launch_us[worker]
         return {"us": us, "wall_us": us + 5.0, "launch_us": launch}
 
+    def _call_timed(self, worker, shape, dtype, seeds, **options):
+        return [self._call(worker, shape, dtype, seed, **options) for seed in seeds]
+
 
 def test_the_hold_starts_at_what_the_references_warm_up_launches_need():
     assert starting_hold_scale([]) == 1  # the CPU reports no launch times

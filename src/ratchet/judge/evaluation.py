@@ -258,6 +258,23 @@ class Evaluation:
         self._raise_on_error(reply)
         return reply
 
+    def _call_timed(self, worker: WorkerProcess, shape, dtype, seeds: list[int], **options) -> list[dict]:
+        """A batch of timed calls in one message (worker op "timed"): each call as ``_call`` makes it, one
+        pipe round trip for all. Each reply's ``wall_us`` is its share of the batch's outside wall time."""
+        budget = min(self.opts.limits.call_s * len(seeds), max(1.0, self.deadline - time.perf_counter()))
+        subs = [{"seed": seed, "rng_seed": self.rng.getrandbits(62)} for seed in seeds]
+        msg = {"op": "timed", "calls": subs, "shape": shape, "dtype": str(dtype).removeprefix("torch."),
+               "first_of_task": self.first_call, **options}
+        reply, wall = worker.ask(msg, budget)
+        if worker is self.cand:
+            self.first_call = False
+        self._raise_on_error(reply)
+        results = reply["results"]
+        for result in results:
+            result["wall_us"] = wall * 1e6 / len(results)
+            self._raise_on_error(result)
+        return results
+
     def _raise_on_error(self, reply: dict):
         if "error" in reply:
             code = reply["error"] if reply["error"] in ERROR_CODES or reply["error"] in FAIL_CODES else "worker_error"
@@ -401,9 +418,8 @@ class Evaluation:
             order = ["cand", "ref"]
             self.rng.shuffle(order)
             for name in order:
-                for _ in range(policy.batch):
-                    seed = self.rng.getrandbits(62)
-                    reply = self._call(sides[name], shape, dtype, seed, **extra)
+                seeds = [self.rng.getrandbits(62) for _ in range(policy.batch)]
+                for reply in self._call_timed(sides[name], shape, dtype, seeds, **extra):
                     times[name].append(reply["us"])
                     exposed[name] += launch_exposed(reply.get("launch_us"), extra["hold_scale"])
                     host.add(reply)
@@ -412,9 +428,11 @@ class Evaluation:
                         gaps[name].append(reply["gap_us"])
                     if name == "cand":
                         self._raise_on_flags(reply, label)
-                        # Which timed calls get checked is decided after the call: the kernel cannot know.
-                        if self.opts.guards and (not pending or self.rng.random() < policy.verify_fraction):
-                            pending.append(self._fetch_timed(seed))
+                if name == "cand" and self.opts.guards:
+                    # Which timed calls get checked is decided after the batch ran: the kernel cannot know.
+                    for index, seed in enumerate(seeds):
+                        if not pending or self.rng.random() < policy.verify_fraction:
+                            pending.append(self._fetch_timed(seed, index))
             n = len(times["cand"])
             cand, ref = summarize(times["cand"]), summarize(times["ref"])
             tight = cand[2] < policy.target_rse and ref[2] < policy.target_rse and n >= policy.min_reps
@@ -422,11 +440,13 @@ class Evaluation:
             if tight or spent > policy.cap_s * 2 or n >= policy.max_reps or time.perf_counter() > self.deadline:
                 return {"times": times, "overhead": overhead, "gaps": gaps, "exposed": exposed, "host": host}
 
-    def _fetch_timed(self, seed) -> tuple:
-        """The outputs of the timed call that just returned (random elements of large ones)."""
+    def _fetch_timed(self, seed, index: int) -> tuple:
+        """The outputs of call ``index`` of the timed batch that just returned (random elements of large
+        ones)."""
         sampled = not isinstance(self.task.check, StatisticalRule) and not callable(self.task.check)
         sample = {"seed": self.rng.getrandbits(62), "count": SAMPLED_ELEMENTS} if sampled else None
-        fetched, _ = self.cand.ask({"op": "fetch", "inputs": False, "sample": sample}, self.opts.limits.call_s)
+        fetched, _ = self.cand.ask({"op": "fetch", "inputs": False, "sample": sample, "index": index},
+                                   self.opts.limits.call_s)
         self._raise_on_error(fetched)
         return seed, fetched, sample
 
