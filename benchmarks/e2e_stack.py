@@ -460,6 +460,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.runs and not args.ledger:
         p.error("--runs needs --ledger")
+    if args.runs:  # unknown runs or ledgers: one line and exit 2 before any step starts
+        from ratchet.ledger import Ledger, LedgerError
+
+        try:
+            with Ledger(args.ledger, create=False) as ledger:
+                for run in args.runs:
+                    ledger.get_run(run)
+        except LedgerError as exc:
+            p.error(str(exc))
     if min(args.contexts + args.batch) < 1:
         p.error("--contexts and --batch must be positive")
     if args.device is None:

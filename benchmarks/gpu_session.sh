@@ -74,6 +74,12 @@ for stage in $STAGES; do
              > "$OUT/suite.log" 2>&1 ;;
     e2e) timeout "${E2E_S:-560}" python benchmarks/e2e_stack.py --run-task decode_attention --budget "${E2E_BUDGET:-6}" \
              --workloads llama deepseek --contexts 8192 32768 --out "$OUT/e2e" ${E2E_ARGS:-} > "$OUT/e2e.log" 2>&1 ;;
+    # Gates and stack rows for runs already in a ledger (E2E_LEDGER, carried in the tree; E2E_RUNS): the
+    # ledger is copied into $OUT without its gate files, so the gates run again on the current workloads.
+    e2e_given) mkdir -p "$OUT/e2e_in" && cp "${E2E_LEDGER:?set E2E_LEDGER}" "$OUT/e2e_in/ledger.sqlite"
+             timeout "${E2E_S:-560}" python benchmarks/e2e_stack.py --runs ${E2E_RUNS:?set E2E_RUNS} \
+               --ledger "$OUT/e2e_in/ledger.sqlite" --workloads llama deepseek --contexts 32768 8192 \
+               --gate-contexts 1024 8192 32768 --out "$OUT/e2e" ${E2E_ARGS:-} > "$OUT/e2e.log" 2>&1 ;;
     *) echo "unknown stage $stage" ;;
   esac
   echo "== $stage: exit $? in $(( $(date +%s) - t0 )) s"

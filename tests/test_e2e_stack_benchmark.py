@@ -148,3 +148,17 @@ def test_a_step_out_of_time_is_stopped_and_later_rows_are_skipped(session, tmp_p
     assert data["finished"] and data["gates"] == []
     md = (tmp_path / "e2e_stack.md").read_text()
     assert "| llama | 256 | 32 | – | – | – | – | – | – | skipped: context 64 ran out of time for llama |" in md
+
+
+def test_unknown_runs_and_ledgers_are_one_line_and_exit_2(tmp_path, capsys):
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        assert ledger.list_runs() == []
+    for argv in (["--runs", "rnope", "--ledger", str(path)],
+                 ["--runs", "rnope", "--ledger", str(tmp_path / "missing.sqlite")]):
+        with pytest.raises(SystemExit) as stop:
+            e2e.parse(argv)
+        assert stop.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert ": error: " in err and ("unknown run 'rnope'" in err or "no ledger" in err)
+    assert not (tmp_path / "missing.sqlite").exists()  # nothing created
