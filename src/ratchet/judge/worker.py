@@ -382,42 +382,18 @@ def serve(conn: Connection):
             elif op == "batch":
                 # Correctness calls in bulk (sampling tasks need thousands of draws): each call still
                 # has its own seed, poisoned memory and checks; outputs come back with the replies.
-                results = []
-                for sub in msg["calls"]:
-                    first = calls == 0
-                    calls += 1
-                    try:
-                        result = harness.call(dict(msg, **sub, op="call"))
-                        result.update(harness.fetch({"inputs": True, "fingerprint_seed": sub.get("fingerprint_seed")}))
-                    except Exception as exc:
-                        code, detail = classify_exception(exc, first or sub.get("first_of_task", False))
-                        result = {"error": code, "detail": detail}
-                        if harness.device == "cuda":
-                            _sync_or_die()
-                    results.append(result)
-                    if "error" in result:
-                        break
+                def with_outputs(result, sub):
+                    result.update(harness.fetch({"inputs": True, "fingerprint_seed": sub.get("fingerprint_seed")}))
+
+                results, calls = _calls_in_bulk(harness, msg, calls, with_outputs)
                 reply = {"results": results}
             elif op == "timed":
                 # Timed calls in bulk: each one exactly a "call" (its own seed and inputs, flush, hold,
                 # events, synchronize and checks), one pipe round trip for all (~250 us per call on the
                 # H200 host, 2026-11-30). Their outputs stay until the next batch, for fetch(index).
-                results = []
                 harness.timed_batch = []
-                for sub in msg["calls"]:
-                    first = calls == 0
-                    calls += 1
-                    try:
-                        result = harness.call(dict(msg, **sub, op="call"))
-                        harness.timed_batch.append((harness.last_outputs, harness.snapshot))
-                    except Exception as exc:
-                        code, detail = classify_exception(exc, first or msg.get("first_of_task", False))
-                        result = {"error": code, "detail": detail}
-                        if harness.device == "cuda":
-                            _sync_or_die()
-                    results.append(result)
-                    if "error" in result:
-                        break
+                results, calls = _calls_in_bulk(harness, msg, calls, lambda result, sub: harness.timed_batch.append(
+                    (harness.last_outputs, harness.snapshot)))
                 reply = {"results": results}
             elif op == "capture":
                 reply = harness.capture(msg)
@@ -432,6 +408,27 @@ def serve(conn: Connection):
             reply = {"error": "harness_tampered", "detail": "; ".join(tampered)}
         reply["nonce"] = nonce
         send(reply)
+
+
+def _calls_in_bulk(harness: Harness, msg: dict, calls: int, after) -> tuple[list[dict], int]:
+    """Each of ``msg["calls"]`` as one "call" (``after(result, sub)`` once it returned), up to the first
+    error; returns the results and the worker's call count since start."""
+    results = []
+    for sub in msg["calls"]:
+        first = calls == 0
+        calls += 1
+        try:
+            result = harness.call(dict(msg, **sub, op="call"))
+            after(result, sub)
+        except Exception as exc:
+            code, detail = classify_exception(exc, first or sub.get("first_of_task", msg.get("first_of_task", False)))
+            result = {"error": code, "detail": detail}
+            if harness.device == "cuda":
+                _sync_or_die()
+        results.append(result)
+        if "error" in result:
+            break
+    return results, calls
 
 
 def _host_us(marks: list[int]) -> dict:
