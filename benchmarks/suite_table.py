@@ -89,7 +89,7 @@ def peer_cell(record: dict | None, row: dict | None, shape: dict, mode: str | No
             "iqr_us": row["iqr_us"], "judge_speedup": row["speedup"], "source": record.get("candidate") or "",
             "eager_mode_us": row["eager_median_us"], "ref_median_us": row["ref_median_us"]}
     if mode == "eager" and row["mode"] == "graph":
-        # The row's mode is eager (the reference took over 50 us there): quote this peer's eager time,
+        # The row's mode is eager (the reference took over --graph-below there): quote this peer's eager time,
         # which the same evaluation measured too (its eager reference time is not kept in graph mode).
         cell.update(mode="eager", median_us=row["eager_median_us"], iqr_us=None, judge_speedup=None,
                     ref_median_us=None)
@@ -217,7 +217,8 @@ def markdown(meta: dict, results: list[dict], rows: list[dict]) -> str:
     lines += [
         "",
         "Each cell: median µs (the row's mode: `graph` = CUDA-graph replay, used when the reference is under "
-        "50 µs), TB/s and percent of the roofline floor, speedup over eager · over torch.compile. "
+        f"{meta.get('graph_below_us', 50):g} µs), TB/s and percent of the roofline floor, speedup over eager · over "
+        "torch.compile. "
         "**Bold**: fastest of the row. A verdict other than pass shows its reason code and no time; `–`: not "
         "run (see Evaluations); `n/a`: outside the peer's range. eager is the judge's reference timing, "
         "measured interleaved in the evaluation of the first passing column (torch.compile, Liger, best). "

@@ -51,6 +51,8 @@ def test_cpu_suite_judges_every_column_and_quotes_no_failing_time(tmp_path):
     assert len(rows) == len(shapes) * len(COLUMNS) == len(by)
 
     data = json.loads((tmp_path / "suite.json").read_text())
+    assert data["meta"]["graph_below_us"] == 50.0  # the judge's bound unless --graph-below says otherwise
+    assert "used when the reference is under 50 µs" in (tmp_path / "suite.md").read_text()
     (result,) = data["results"]
     assert result["task"] == "rmsnorm" and result["dtype"] == "bfloat16" and result["public"] == shapes
     compiled = result["evaluations"]["torch_compile"]["verdict"]
