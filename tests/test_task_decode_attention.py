@@ -326,3 +326,15 @@ def test_seeds_on_the_gpu(shape):
             out = module.kernel(*inputs, **config)
             assert out.dtype == BF16 and out.shape == inputs[0].shape and out.is_cuda
             assert _ratio(out.cpu(), ref) < MARGIN, (name, config)
+
+
+def test_split_k_merges_many_pieces_in_blocks_with_a_partial_last_one():
+    # 13 pieces: the merge takes them 8 at a time, the second block has 3 past the split count (weight 0);
+    # rows shorter than most pieces leave those pieces empty (m = -inf, s = 0).
+    require_triton()
+    module = import_seed("decode_attention", "triton_split_k")
+    shape = {"B": 2, "Hq": 8, "Hkv": 2, "L": 400, "D": 32}
+    q, k, v, _ = _inputs(shape, seed=5)
+    for lengths in ((400, 37), (208, 400)):
+        inputs = (q, k, v, torch.tensor(lengths, dtype=torch.int32))
+        _assert_matches(module.kernel(*inputs, SPLITS=13, BLOCK_L=16), inputs)
