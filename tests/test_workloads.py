@@ -456,3 +456,23 @@ def test_the_compiled_deepseek_step_writes_its_cache_in_place():
     sizes = [math.prod(int(d) for d in dims.split(",") if d.strip())
              for code in codes for dims in re.findall(r"empty_strided_\w+\(\(([\d, ]*)\)", code)]
     assert sizes and max(sizes) < layer_cache, (max(sizes), layer_cache)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_every_op_is_a_custom_op_that_compiles_whole_with_the_kernels_values(op):
+    # Each op's schema and fake (the task's reference on fake tensors) carry its outputs' shapes and dtypes
+    # through a whole-graph compile; the values are the kernel's own (same RNG seed for the sampler).
+    from ratchet.workloads import load_kernel
+
+    task = load_task(op)
+    seeds = sorted((TASKS / op / "seeds").glob("cpu_*.py"))
+    kernel = load_kernel(seeds[0], op=op)
+    inputs = task.make_inputs(task.cpu.public[0], task.dtypes[0], "cpu", torch.Generator().manual_seed(0))
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda *args: kernel(*args), backend="aot_eager", fullgraph=True)
+    torch.manual_seed(0)
+    got = compiled(*inputs)
+    torch.manual_seed(0)
+    want = kernel(*inputs)
+    got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
+    assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
