@@ -32,7 +32,7 @@ def main():
     parser.add_argument("--first-dtype", action="store_true", help="only each task's first dtype")
     parser.add_argument("--where", nargs="+", metavar="SIZE=N",
                         help="only public shapes with these sizes (e.g. Hkv=1 for DeepSeek's MLA heads)")
-    parser.add_argument("--config", nargs="+", metavar="JSON", type=json.loads,
+    parser.add_argument("--config", nargs="+", metavar="JSON", type=_config,
                         help="judge each seed at these configs (JSON objects) instead of its defaults")
     parser.add_argument("--out", default="out")
     args = parser.parse_args()
@@ -68,6 +68,14 @@ def main():
         walls = [r["judge_wall_s"] for r in rec["runs"]]
         print(f"judge wall time {rec['task']}/{rec['seed']}: {', '.join(f'{w:.1f}' for w in walls)} s "
               f"verdicts {[r['verdict'] for r in rec['runs']]} speedup {[r['speedup'] for r in rec['runs']]}")
+
+
+def _config(text: str) -> dict:
+    """A --config value: a JSON object (argparse turns the ValueError into one usage line, exit 2)."""
+    config = json.loads(text)
+    if not isinstance(config, dict):
+        raise ValueError(f"not a JSON object: {text}")
+    return config
 
 
 def write_tables(out: Path, device_kind: str, records: list, lines: list, subset: str = "") -> str:

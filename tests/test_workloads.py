@@ -231,9 +231,8 @@ def test_a_loaded_kernel_runs_as_judged_inside_torch_compile():
 
 
 def test_a_kernel_loaded_for_an_op_is_one_custom_op_in_the_compiled_graph():
-    # With the op named, the kernel is a torch custom op: no graph break (a break in every layer cost
-    # DeepSeek's compiled step 2.9 ms on the H200), its outputs' shapes from the reference on fake tensors,
-    # and the kernel's own values; tuples come back as tuples.
+    # With the op named, the kernel is a torch custom op: no graph break, its outputs' shapes from the
+    # reference on fake tensors, and the kernel's own values; tuples come back as tuples.
     from ratchet.workloads import load_kernel
 
     kernel = load_kernel(TASKS / "rmsnorm" / "seeds" / "cpu_torch.py", op="rmsnorm")

@@ -104,7 +104,7 @@ class Verdict:
     device_name: str = ""
     judge_wall_s: float = 0.0
     phases_s: dict[str, float] = field(default_factory=dict)  # start, correctness, timing
-    # The timed calls: how many, and the mean host us per call of each part (judge.evaluation.CallCosts)
+    # The timed calls: how many, and the mean host us per call of each part (judge.timing.CallCosts)
     timed_calls: dict[str, Any] = field(default_factory=dict)
     ceilings: dict[str, float] = field(default_factory=dict)  # the roofline's: copy_tbps, matmul_tflops
     notes: list[str] = field(default_factory=list)

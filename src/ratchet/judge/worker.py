@@ -370,15 +370,7 @@ def serve(conn: Connection):
                     code = "reference_error" if msg.get("candidate") is None else "import_error"
                     reply = {"error": code, "detail": _one_line(exc)}
             elif op == "call":
-                first = calls == 0
-                calls += 1
-                try:
-                    reply = harness.call(msg)
-                except Exception as exc:
-                    code, detail = classify_exception(exc, first or msg.get("first_of_task", False))
-                    reply = {"error": code, "detail": detail}
-                    if harness.device == "cuda":
-                        _sync_or_die()
+                (reply,), calls = _calls_in_bulk(harness, {**msg, "calls": [{}]}, calls, lambda result, sub: None)
             elif op == "batch":
                 # Correctness calls in bulk (sampling tasks need thousands of draws): each call still
                 # has its own seed, poisoned memory and checks; outputs come back with the replies.

@@ -151,10 +151,9 @@ def opaque_op(op: str, fn: Callable[..., Any], key: str) -> Callable[..., Any]:
     opaque call (no graph break, no tracing into the kernel), and works out its outputs' shapes and dtypes
     by running the task's reference on fake tensors.
 
-    On the H200 (2026-11-30), the split-K decode-attention kernel wrapped in ``torch.compiler.disable``
-    made DeepSeek's compiled decode step 2.9 ms slower than the same kernel under CUDA graphs alone (a
-    graph break in every layer); see docs/NOTES.md. A kernel must not write its inputs or return them
-    (the judge refuses both), which is what a custom op without ``mutates_args`` promises.
+    ``torch.compiler.disable`` instead breaks the compiled graph at every call of the op. A kernel must
+    not write its inputs or return them (the judge refuses both), which is what a custom op without
+    ``mutates_args`` promises.
     """
     global _LIBRARY
     qualname = f"{op}_{key}"
@@ -203,7 +202,7 @@ class OpRegistry:
     # -- choosing implementations --------------------------------------------------------------------
     def get(self, name: str) -> Callable[..., Any]:
         _check_name(name)
-        return self._impls.get(name) or reference(name)
+        return self._impls.get(name) or self._references[name]
 
     def set(self, name: str, fn: Callable[..., Any] | None) -> Callable[..., Any] | None:
         """Make ``fn`` run op ``name`` (None: back to the reference); returns what was set before."""

@@ -200,8 +200,8 @@ def tiles(G, D, BLOCK_L, num_warps=4):
     take more heads: at DeepSeek's MLA heads (G = 128, D = 576) 16 heads with 4 warps and 32 with 8, fewer
     head blocks re-reading the same keys from L2. The key tile [BLOCK_L, head] is at most _MAX_KEYS_TILE
     elements: keys and values in two stages then fill 174 KB (4 warps) and 212 KB (8) of the H200's 227 KB
-    at MLA; 64 positions asked 352 KB. ptxas for sm_90 (Triton 3.6) compiled 16 and 32 heads without
-    spills; 64 heads with 8 warps spilled (docs/NOTES.md, 2026-11-30 session 5).
+    at MLA; 64 positions asked 352 KB (compiled for sm_90 on the CPU, tests/test_triton_seeds_sm90.py). On
+    the H200, 4 warps ran the MLA shapes faster than 8 (docs/NOTES.md, 2026-11-30 session 5).
     """
     block_da, block_db = head_parts(D)
     width = block_da + block_db
