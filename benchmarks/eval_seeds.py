@@ -26,6 +26,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", default=["rmsnorm", "top_p_sampling"])
     parser.add_argument("--seeds", nargs="*", help="only seeds whose file name contains one of these")
+    parser.add_argument("--seed-files", nargs="+", type=Path, metavar="FILE",
+                        help="judge these candidate files (variants of a seed, side by side); with --seeds, "
+                             "the matching seeds as well")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--shapes", type=int, help="only the first N public shapes of each task")
@@ -40,6 +43,9 @@ def main():
         where = parse_where(args.where)
     except ValueError as exc:
         parser.error(str(exc))
+    missing = [str(p) for p in args.seed_files or [] if not p.is_file()]
+    if missing:
+        parser.error(f"--seed-files: no such file: {', '.join(missing)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     records, lines = [], []
@@ -48,9 +54,9 @@ def main():
             task = subset_task(load_task(name), args.device, args.shapes, args.first_dtype, where)
         except ValueError as exc:
             parser.exit(2, f"eval_seeds.py: {exc}\n")
-        for seed in task.seeds():
-            if args.seeds and not any(s in seed.name for s in args.seeds):
-                continue
+        chosen = [] if args.seed_files and args.seeds is None else \
+            [s for s in task.seeds() if not args.seeds or any(part in s.name for part in args.seeds)]
+        for seed in chosen + list(args.seed_files or []):
             for config in args.config or [None]:
                 label = seed.name + (f" {json.dumps(config, separators=(',', ':'))}" if config else "")
                 runs = []

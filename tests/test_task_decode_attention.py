@@ -174,12 +174,13 @@ def test_wide_heads_go_in_blocks_that_fit_an_sm(triton_seed):
     name, module = triton_seed
     tiles = module.tiles
     if name == "triton_split_k":
-        # 4 warps take 16 heads of MLA, 8 warps 32, both 32 positions (64 asked 352 KB of shared memory for
-        # sm_90, tests/test_triton_seeds_sm90.py); Llama's tiles do not change with warps.
+        # 4 warps take 16 heads of MLA (mma.sync), 8 warps 64 (the rows of Hopper's wgmma), both 32
+        # positions; Llama's tiles do not change with warps, nor does a group under 64 heads.
         assert tiles(128, 576, 64) == (16, 512, 64, 32, 8)
-        assert tiles(128, 576, 64, num_warps=8) == (32, 512, 64, 32, 4)
+        assert tiles(128, 576, 64, num_warps=8) == (64, 512, 64, 32, 2)
+        assert tiles(32, 576, 64, num_warps=8) == (32, 512, 64, 32, 1)
         assert tiles(4, 128, 64, num_warps=8) == (16, 128, 0, 64, 1)
-        budget = {4: 16 * 576, 8: 32 * 576}  # accumulator elements; keys at most 32 x 576
+        budget = {4: 16 * 576, 8: 64 * 576}  # accumulator elements; keys at most 32 x 576
     else:
         assert tiles(128, 576, 64) == (16, 512, 64, 16, 8)
         budget = {4: 8192}
@@ -196,6 +197,20 @@ def test_wide_heads_go_in_blocks_that_fit_an_sm(triton_seed):
             assert block_l * (block_da + block_db) <= 2 * min(acc_budget, 16 * 576) and block_l >= 16
             assert blocks * block_g >= G
 
+
+
+def test_split_k_reads_keys_once_when_values_are_the_same_memory():
+    # DeepSeek's absorbed MLA passes its latent cache as both k_cache and v_cache; the split kernel then
+    # loads each tile once (SAME_KV). The answer must be the one it gives for two separate equal tensors,
+    # at the 64-head wgmma tile (8 warps) and the 16-head one, and with junk past seq_lens.
+    require_triton()
+    module = import_seed("decode_attention", "triton_split_k")
+    q, k, _, lens = _inputs({"B": 2, "Hq": 64, "Hkv": 1, "L": 40, "D": 576}, seed=11)
+    for config in ({"SPLITS": 2, "BLOCK_L": 16}, {"num_warps": 4, "WIDE_WARPS": 0}):
+        shared = module.kernel(q, k, k, lens, **config)
+        separate = module.kernel(q, k, k.clone(), lens, **config)
+        assert torch.equal(shared, separate)
+        _assert_matches(shared, (q, k, k, lens))
 
 def test_every_triton_config_is_correct_on_an_odd_shape(triton_seed):
     # L = 201 and lengths from 25 to 201: pieces of the split kernel past a short row are empty.

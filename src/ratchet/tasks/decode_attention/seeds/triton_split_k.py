@@ -20,6 +20,7 @@ at L = 32768 (issue 5 asks for 8 and 35), 0.85-0.92 of the roofline at B = 8 to 
 
 import functools
 import math
+import os
 
 import torch
 import triton
@@ -29,6 +30,7 @@ SPACE = {"SPLITS": [0, 8, 32], "BLOCK_L": [64, 32], "num_warps": [4, 8]}
 
 _PROGRAMS_PER_SM = 4
 _ACC_PER_THREAD = 72  # fp32 accumulator elements per thread (tiles())
+_WGMMA_ROWS = 64  # Hopper's warpgroup MMA takes 64 rows per warpgroup; fewer fall back to mma.sync
 _MAX_KEYS_TILE = 18432  # elements of a [BLOCK_L, head] key tile (tiles()): 32 positions of 576
 _MIN_BLOCKS_PER_SPLIT = 4
 _DEFAULT_SMS = 132  # an H100 / H200; the interpreter has no SMs to ask about
@@ -72,7 +74,7 @@ def _split_partials(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr, m_ptr, s_ptr, acc_pt
                     stride_qb, stride_qh, stride_kb, stride_kh, stride_kl, stride_vb, stride_vh, stride_vl,
                     stride_ob, stride_oh, scale, Hq, Hkv, G, D, CHUNK, SPLITS,
                     BLOCK_G: tl.constexpr, BLOCK_DA: tl.constexpr, BLOCK_DB: tl.constexpr, BLOCK_L: tl.constexpr,
-                    DIRECT: tl.constexpr, EMULATE: tl.constexpr):
+                    SAME_KV: tl.constexpr, DIRECT: tl.constexpr, EMULATE: tl.constexpr):
     # Head blocks of one (sequence, kv head, piece) are neighbours in launch order: they read the same keys
     # and values at about the same time, so all but the first read them from L2.
     g = tl.program_id(0) * BLOCK_G + tl.arange(0, BLOCK_G)
@@ -118,10 +120,17 @@ def _split_partials(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr, m_ptr, s_ptr, acc_pt
         p = tl.exp(scores - m_new[:, None])
         s = s * alpha + tl.sum(p, axis=1)
         p16 = _bf16(p, EMULATE)
-        va = tl.load(v_at + da[None, :], mask=valid[:, None] & da_ok[None, :], other=0.0)
+        # SAME_KV: the values are the keys' own memory (MLA's latent cache is both), already loaded.
+        if SAME_KV:
+            va = ka
+        else:
+            va = tl.load(v_at + da[None, :], mask=valid[:, None] & da_ok[None, :], other=0.0)
         acc_a = acc_a * alpha[:, None] + _dot(p16, va, EMULATE)
         if BLOCK_DB > 0:
-            vb = tl.load(v_at + db[None, :], mask=valid[:, None] & db_ok[None, :], other=0.0)
+            if SAME_KV:
+                vb = kb
+            else:
+                vb = tl.load(v_at + db[None, :], mask=valid[:, None] & db_ok[None, :], other=0.0)
             acc_b = acc_b * alpha[:, None] + _dot(p16, vb, EMULATE)
         m = m_new
     if DIRECT:  # one piece holds the whole context: normalize and write the output here
@@ -169,17 +178,24 @@ def _merge_splits(m_ptr, s_ptr, acc_ptr, out_ptr, stride_ob, stride_oh, Hq, D, S
              mask=d_ok)
 
 
-def _split_count(programs, L, block, device, requested, G=1):
+def _split_count(programs, L, block, device, requested, G=1, wgmma=False):
     """Pieces of the context, for ``programs`` programs per piece (B x Hkv x head blocks).
 
-    A piece writes G x D fp32 partial outputs and reads 4 x chunk x D bytes of keys and values, so pieces of
-    at least 4 G keys keep the workspace under a quarter of the cache read (G = 128 for MLA: 512 keys).
+    mma.sync tiles: enough pieces for _PROGRAMS_PER_SM programs per SM, each piece at least 4 G keys, so
+    the workspace a piece writes (G x D fp32) stays under a quarter of the keys and values it reads.
+    A wgmma tile (64 heads, 8 warps, all 255 registers) runs one program per SM, and is compute-bound at
+    MLA: the most pieces that fit one wave of programs, each at least _MIN_BLOCKS_PER_SPLIT blocks. On the
+    H200 (2026-11-30, session 6) the 4 G rule left DeepSeek's decode at B = 1, L = 1024 with 4 programs
+    (2 pieces x 2 head blocks), 2.4% slower than eager attention over the whole step; compute there, not
+    the workspace, is the cost.
     """
     blocks = triton.cdiv(L, block)
     if requested:
         return max(1, min(requested, blocks))
     sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device()) \
         if device.type == "cuda" else _DEFAULT_SMS
+    if wgmma:
+        return max(1, min(sms // programs, blocks // _MIN_BLOCKS_PER_SPLIT))
     want = triton.cdiv(_PROGRAMS_PER_SM * sms, programs)
     min_blocks = max(_MIN_BLOCKS_PER_SPLIT, triton.cdiv(4 * G, block))
     return max(1, min(want, blocks // min_blocks))
@@ -197,16 +213,19 @@ def tiles(G, D, BLOCK_L, num_warps=4):
     """(BLOCK_G, BLOCK_DA, BLOCK_DB, BLOCK_L, head blocks) for a group of G heads of size D.
 
     The fp32 accumulator [BLOCK_G, head] gets at most _ACC_PER_THREAD elements per thread, so more warps
-    take more heads: at DeepSeek's MLA heads (G = 128, D = 576) 16 heads with 4 warps and 32 with 8, fewer
-    head blocks re-reading the same keys from L2. The key tile [BLOCK_L, head] is at most _MAX_KEYS_TILE
-    elements: keys and values in two stages then fill 174 KB (4 warps) and 212 KB (8) of the H200's 227 KB
-    at MLA; 64 positions asked 352 KB (compiled for sm_90 on the CPU, tests/test_triton_seeds_sm90.py). On
-    the H200, 4 warps ran the MLA shapes faster than 8 (docs/NOTES.md, 2026-11-30 session 5).
+    take more heads: at DeepSeek's MLA heads (G = 128, D = 576), 16 heads with 4 warps, fewer head blocks
+    re-reading the same keys from L2. Those 16 rows run on mma.sync, Ampere's tensor-core path. With 8 warps
+    and a group of 64 heads or more, the block is 64 heads, the rows Hopper's warpgroup MMA (wgmma) takes:
+    2 head blocks at MLA instead of 8, at 144 accumulator elements per thread (Triton 3.9 for sm_90: 255
+    registers and 224 bytes of spills, found on the CPU). The key tile [BLOCK_L, head] is at most
+    _MAX_KEYS_TILE elements (32 positions of 576).
     """
     block_da, block_db = head_parts(D)
     width = block_da + block_db
     threads = 32 * num_warps
     block_g = max(16, min(triton.next_power_of_2(G), _floor_pow2(_ACC_PER_THREAD * threads // width)))
+    if num_warps >= 8 and G >= _WGMMA_ROWS:
+        block_g = max(block_g, _WGMMA_ROWS)
     block_l = max(16, min(BLOCK_L, _floor_pow2(_MAX_KEYS_TILE // width)))
     return block_g, block_da, block_db, block_l, triton.cdiv(G, block_g)
 
@@ -215,7 +234,17 @@ def _floor_pow2(n):
     return 1 << (max(1, n).bit_length() - 1)
 
 
-def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4):
+def _interpreted():
+    """The Triton interpreter runs the kernels (the CPU tests): the EMULATE helpers make it compute what the
+    GPU does. Not the tensors' device: a compile for sm_90 on a CPU-only machine (tests/hopper_compile.py)
+    holds CPU tensors and must compile the GPU's code."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4, WIDE_WARPS=8):
+    """WIDE_WARPS: the warps for a group of 64 heads or more (MLA's 128), whatever num_warps says: 8 give
+    64-head wgmma tiles (tiles()); 0 keeps num_warps. num_warps is tuned on the Llama groups of 4 and 8,
+    which outnumber the MLA shapes in the task, and would otherwise decide MLA's tiles too."""
     # The kernels walk the head dim with unit stride.
     q, k_cache, v_cache = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k_cache, v_cache))
     seq_lens = seq_lens.contiguous()
@@ -225,12 +254,17 @@ def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4):
     out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
     if B == 0 or Hq == 0:
         return out
+    if WIDE_WARPS and G >= _WGMMA_ROWS:
+        num_warps = WIDE_WARPS
     block_g, block_da, block_db, block_l, head_blocks = tiles(G, D, BLOCK_L, num_warps)
-    splits = _split_count(B * Hkv * head_blocks, L, block_l, q.device, SPLITS, G)
+    splits = _split_count(B * Hkv * head_blocks, L, block_l, q.device, SPLITS, G,
+                          wgmma=block_g >= _WGMMA_ROWS and num_warps >= 8)
     chunk = triton.cdiv(triton.cdiv(L, splits), block_l) * block_l  # whole blocks per piece
     splits = triton.cdiv(L, chunk)  # no piece past L
     direct = splits == 1
-    emulate = q.device.type == "cpu"
+    emulate = _interpreted()
+    same_kv = (k_cache.data_ptr() == v_cache.data_ptr() and k_cache.shape == v_cache.shape
+               and k_cache.stride() == v_cache.stride())
     if direct:  # nothing to merge: the workspace arguments are never touched
         m_ws = s_ws = acc_ws = out
     else:
@@ -243,7 +277,7 @@ def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4):
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
         1.0 / math.sqrt(D), Hq, Hkv, G, D, chunk, splits,
         BLOCK_G=block_g, BLOCK_DA=block_da, BLOCK_DB=block_db, BLOCK_L=block_l,
-        DIRECT=direct, EMULATE=emulate, num_warps=num_warps,
+        SAME_KV=same_kv, DIRECT=direct, EMULATE=emulate, num_warps=num_warps,
         # Two pipeline stages for wide heads: fewer copies of the [16, 576] key and value tiles in flight.
         **({"num_stages": 2} if block_da + block_db > 256 else {}),
     )
