@@ -1,9 +1,11 @@
-"""Loop throughput: candidates judged per minute on one GPU, and the share of wall time the GPU is busy.
+"""Loop throughput: candidates judged per minute, and the share of wall time each GPU is busy.
 
 Runs `ratchet run` (the tuner over a seed's SPACE, in a scratch ledger) for a fixed number of attempts
-while a thread samples the GPU's utilization through NVML every 20 ms.
+while a thread per GPU samples its utilization through NVML every 20 ms. ``--gpus 0,1`` runs the loop
+with one worker per GPU (`ratchet run --gpus`), the same run as on one GPU but judged on both.
 
     python benchmarks/loop_throughput.py --task rmsnorm --budget 12 --out out/
+    python benchmarks/loop_throughput.py --task rmsnorm --budget 12 --gpus 0,1 --out out/
 """
 
 from __future__ import annotations
@@ -80,34 +82,45 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="rmsnorm")
     parser.add_argument("--budget", type=int, default=12)
+    parser.add_argument("--gpus", type=_gpu_list, default=(), metavar="LIST",
+                        help="GPU indices to judge on in parallel, e.g. 0,1 (default: GPU 0 alone)")
     parser.add_argument("--out", default="out")
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    sampler = BusySampler() if device == "cuda" else None
-    if sampler:
+    if args.gpus and device != "cuda":
+        parser.error("--gpus needs CUDA GPUs")
+    samplers = [BusySampler(i) for i in (args.gpus or (0,))] if device == "cuda" else []
+    for sampler in samplers:
         sampler.start()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, Ledger(Path(tmp) / "ledger.sqlite") as ledger:
-        start_or_resume(ledger, RunRequest(task=args.task, budget=args.budget, device=device), Console(stderr=True))
+        start_or_resume(ledger, RunRequest(task=args.task, budget=args.budget, device=device, gpus=args.gpus),
+                        Console(stderr=True))
         attempts = ledger.list_runs()[0]["attempts"]
         recorded = ledger.attempts(ledger.list_runs()[0]["id"])
         phases, calls = phase_means(recorded), timed_call_means(recorded)
         kernel_s = timed_kernel_seconds(recorded)
     wall = time.perf_counter() - t0
-    busy = None
-    if sampler:
+    busy = []
+    for sampler in samplers:
         sampler.stop.set()
         sampler.join()
-        busy = sum(sampler.samples) / max(1, len(sampler.samples))
+        busy.append(f"{sum(sampler.samples) / max(1, len(sampler.samples)):.0f}%")
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
-    text = (f"{name}, {time.strftime('%Y-%m-%d')}, {args.task}: {attempts} attempts in {wall:.0f} s = "
-            f"{60 * attempts / wall:.1f} candidates/min; GPU busy {'-' if busy is None else f'{busy:.0f}%'} "
+    gpus = f" on GPUs {','.join(map(str, args.gpus))}" if args.gpus else ""
+    text = (f"{name}, {time.strftime('%Y-%m-%d')}, {args.task}{gpus}: {attempts} attempts in {wall:.0f} s = "
+            f"{60 * attempts / wall:.1f} candidates/min; GPU busy {' / '.join(busy) or '-'} "
             f"(NVML: any kernel running, the launch holds included), timed kernels {100 * kernel_s / wall:.2f}% "
             "of the wall; "
             f"mean per attempt: {phases}; {calls}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "loop_throughput.txt").write_text(text + "\n")
     print(text)
+
+
+def _gpu_list(text: str) -> tuple[int, ...]:
+    """``"0,1"`` -> (0, 1); argparse turns the ValueError into one usage line."""
+    return tuple(int(part) for part in text.split(","))
 
 
 if __name__ == "__main__":

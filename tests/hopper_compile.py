@@ -7,6 +7,9 @@ stand-in driver tells Triton the device is an sm_90 GPU and every launch is turn
 (``warmup``). Triton specializes each launch on the real arguments (dtypes, 16-byte alignment, integer
 divisibility), so what it compiles is what the GPU would. Prints one JSON object: each launch's kernel name
 and shared memory, and the calls that raised.
+
+``--alias J=I`` passes input I again as input J, as a model can (DeepSeek's MLA hands its latent cache to
+decode_attention as both k_cache and v_cache), for kernels that take another path then.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def _inputs(task, shape):
     return tuple(torch.empty(x.shape, dtype=x.dtype) if isinstance(x, torch.Tensor) else x for x in made)
 
 
-def compile_candidate(task_name: str, path: str) -> dict:
+def compile_candidate(task_name: str, path: str, alias: tuple[int, int] | None = None) -> dict:
     import importlib.util
 
     task = load_task(task_name)
@@ -79,6 +82,8 @@ def compile_candidate(task_name: str, path: str) -> dict:
     try:
         for shape in task.gpu.public:
             inputs = _inputs(task, shape)
+            if alias:
+                inputs = tuple(inputs[alias[1]] if i == alias[0] else x for i, x in enumerate(inputs))
             for config in load_candidate(path).valid_configs():
                 current.update(shape=shape, config=config)
                 try:
@@ -91,4 +96,7 @@ def compile_candidate(task_name: str, path: str) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(compile_candidate(sys.argv[1], sys.argv[2])))
+    aliased = None
+    if len(sys.argv) == 5 and sys.argv[3] == "--alias":
+        aliased = tuple(int(part) for part in sys.argv[4].split("="))
+    print(json.dumps(compile_candidate(sys.argv[1], sys.argv[2], aliased)))

@@ -178,6 +178,7 @@ def test_wide_heads_go_in_blocks_that_fit_an_sm(triton_seed):
         # positions; Llama's tiles do not change with warps, nor does a group under 64 heads.
         assert tiles(128, 576, 64) == (16, 512, 64, 32, 8)
         assert tiles(128, 576, 64, num_warps=8) == (64, 512, 64, 32, 2)
+        assert tiles(128, 576, 64, num_warps=8, same_kv=True) == (64, 512, 64, 64, 2)  # no value tiles
         assert tiles(32, 576, 64, num_warps=8) == (32, 512, 64, 32, 1)
         assert tiles(4, 128, 64, num_warps=8) == (16, 128, 0, 64, 1)
         budget = {4: 16 * 576, 8: 64 * 576}  # accumulator elements; keys at most 32 x 576
@@ -201,16 +202,17 @@ def test_wide_heads_go_in_blocks_that_fit_an_sm(triton_seed):
 
 def test_split_k_reads_keys_once_when_values_are_the_same_memory():
     # DeepSeek's absorbed MLA passes its latent cache as both k_cache and v_cache; the split kernel then
-    # loads each tile once (SAME_KV). The answer must be the one it gives for two separate equal tensors,
-    # at the 64-head wgmma tile (8 warps) and the 16-head one, and with junk past seq_lens.
+    # loads each tile once (SAME_KV). With the same tiles, the answer must be bit for bit the one it gives
+    # for two separate equal tensors, at the 64-head wgmma tile (8 warps) and the 16-head one; by default
+    # the shared cache takes twice the positions per tile, and must still match the reference.
     require_triton()
     module = import_seed("decode_attention", "triton_split_k")
     q, k, _, lens = _inputs({"B": 2, "Hq": 64, "Hkv": 1, "L": 40, "D": 576}, seed=11)
-    for config in ({"SPLITS": 2, "BLOCK_L": 16}, {"num_warps": 4, "WIDE_WARPS": 0}):
+    for config in ({"SPLITS": 2, "BLOCK_L": 16}, {"num_warps": 4, "WIDE_WARPS": 0, "BLOCK_L": 32}):
         shared = module.kernel(q, k, k, lens, **config)
-        separate = module.kernel(q, k, k.clone(), lens, **config)
-        assert torch.equal(shared, separate)
+        assert torch.equal(shared, module.kernel(q, k, k.clone(), lens, **config))
         _assert_matches(shared, (q, k, k, lens))
+    _assert_matches(module.kernel(q, k, k, lens), (q, k, k, lens))
 
 def test_every_triton_config_is_correct_on_an_odd_shape(triton_seed):
     # L = 201 and lengths from 25 to 201: pieces of the split kernel past a short row are empty.

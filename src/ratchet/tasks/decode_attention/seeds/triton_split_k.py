@@ -11,11 +11,15 @@ in the merge (piece 0 is never empty, so m is finite). Lengths never leave the d
 comes from the padded L), so the kernel can be captured in a CUDA graph.
 SPLITS == 0 picks enough pieces for ~4 programs per SM, at least 4 blocks each; with one piece (large
 batches) the first kernel writes the normalized output itself and the merge is skipped.
-Wide heads go in blocks of 16 (4 warps) or 32 (8 warps) and the head dim in two power-of-two parts
-(DeepSeek-V3's absorbed MLA: G = 128, D = 576 = 512 + 64), as in triton_gqa.py.
+The head dim goes in two power-of-two parts (DeepSeek-V3's absorbed MLA: G = 128, D = 576 = 512 + 64), as
+in triton_gqa.py. A group of 64 heads or more (MLA) goes in 64-head blocks on 8 warps, the rows of Hopper's
+warpgroup MMA; and where the values are the keys' own memory (MLA's latent cache is passed as both), each
+tile is loaded once and holds twice the positions.
 The EMULATE helpers make the interpreter (CPU tests) compute what the GPU does; see triton_gqa.py.
 On the H200 (2026-11-30, docs/measurements/2026-11-30-h200-session4): 16 us at B = 1, L = 4096 and 51-58 us
-at L = 32768 (issue 5 asks for 8 and 35), 0.85-0.92 of the roofline at B = 8 to 256.
+at L = 32768 (issue 5 asks for 8 and 35), 0.85-0.92 of the roofline at B = 8 to 256. MLA (session 6): 89 us
+at B = 1, L = 32768 (eager reference 111) and 469 us at B = 32, L = 8192 (758); in the deepseek workload,
+with one cache for keys and values, the 32k step ran 1.27x torch.compile with CUDA graphs.
 """
 
 import functools
@@ -33,6 +37,7 @@ _ACC_PER_THREAD = 72  # fp32 accumulator elements per thread (tiles())
 _WGMMA_ROWS = 64  # Hopper's warpgroup MMA takes 64 rows per warpgroup; fewer fall back to mma.sync
 _MAX_KEYS_TILE = 18432  # elements of a [BLOCK_L, head] key tile (tiles()): 32 positions of 576
 _MIN_BLOCKS_PER_SPLIT = 4
+_MIN_KEYS_PER_WGMMA_SPLIT = 128
 _DEFAULT_SMS = 132  # an H100 / H200; the interpreter has no SMs to ask about
 
 
@@ -184,7 +189,7 @@ def _split_count(programs, L, block, device, requested, G=1, wgmma=False):
     mma.sync tiles: enough pieces for _PROGRAMS_PER_SM programs per SM, each piece at least 4 G keys, so
     the workspace a piece writes (G x D fp32) stays under a quarter of the keys and values it reads.
     A wgmma tile (64 heads, 8 warps, all 255 registers) runs one program per SM, and is compute-bound at
-    MLA: the most pieces that fit one wave of programs, each at least _MIN_BLOCKS_PER_SPLIT blocks. On the
+    MLA: the most pieces that fit one wave of programs, each at least _MIN_KEYS_PER_WGMMA_SPLIT keys. On the
     H200 (2026-11-30, session 6) the 4 G rule left DeepSeek's decode at B = 1, L = 1024 with 4 programs
     (2 pieces x 2 head blocks), 2.4% slower than eager attention over the whole step; compute there, not
     the workspace, is the cost.
@@ -195,7 +200,7 @@ def _split_count(programs, L, block, device, requested, G=1, wgmma=False):
     sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device()) \
         if device.type == "cuda" else _DEFAULT_SMS
     if wgmma:
-        return max(1, min(sms // programs, blocks // _MIN_BLOCKS_PER_SPLIT))
+        return max(1, min(sms // programs, blocks // max(1, _MIN_KEYS_PER_WGMMA_SPLIT // block)))
     want = triton.cdiv(_PROGRAMS_PER_SM * sms, programs)
     min_blocks = max(_MIN_BLOCKS_PER_SPLIT, triton.cdiv(4 * G, block))
     return max(1, min(want, blocks // min_blocks))
@@ -209,7 +214,7 @@ def head_parts(D):
     return block_da, (max(16, triton.next_power_of_2(rest)) if rest > 0 else 0)
 
 
-def tiles(G, D, BLOCK_L, num_warps=4):
+def tiles(G, D, BLOCK_L, num_warps=4, same_kv=False):
     """(BLOCK_G, BLOCK_DA, BLOCK_DB, BLOCK_L, head blocks) for a group of G heads of size D.
 
     The fp32 accumulator [BLOCK_G, head] gets at most _ACC_PER_THREAD elements per thread, so more warps
@@ -218,7 +223,8 @@ def tiles(G, D, BLOCK_L, num_warps=4):
     and a group of 64 heads or more, the block is 64 heads, the rows Hopper's warpgroup MMA (wgmma) takes:
     2 head blocks at MLA instead of 8, at 144 accumulator elements per thread (Triton 3.9 for sm_90: 255
     registers and 224 bytes of spills, found on the CPU). The key tile [BLOCK_L, head] is at most
-    _MAX_KEYS_TILE elements (32 positions of 576).
+    _MAX_KEYS_TILE elements (32 positions of 576), twice that when the values are the keys' own memory
+    (same_kv: no value tiles in shared memory; MLA's 64 positions then take 216 KB of the H200's 227).
     """
     block_da, block_db = head_parts(D)
     width = block_da + block_db
@@ -226,7 +232,7 @@ def tiles(G, D, BLOCK_L, num_warps=4):
     block_g = max(16, min(triton.next_power_of_2(G), _floor_pow2(_ACC_PER_THREAD * threads // width)))
     if num_warps >= 8 and G >= _WGMMA_ROWS:
         block_g = max(block_g, _WGMMA_ROWS)
-    block_l = max(16, min(BLOCK_L, _floor_pow2(_MAX_KEYS_TILE // width)))
+    block_l = max(16, min(BLOCK_L, _floor_pow2(_MAX_KEYS_TILE * (2 if same_kv else 1) // width)))
     return block_g, block_da, block_db, block_l, triton.cdiv(G, block_g)
 
 
@@ -256,15 +262,16 @@ def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4, WID
         return out
     if WIDE_WARPS and G >= _WGMMA_ROWS:
         num_warps = WIDE_WARPS
-    block_g, block_da, block_db, block_l, head_blocks = tiles(G, D, BLOCK_L, num_warps)
+    # MLA passes its latent cache as both keys and values: each tile is then loaded once (SAME_KV).
+    same_kv = (k_cache.data_ptr() == v_cache.data_ptr() and k_cache.shape == v_cache.shape
+               and k_cache.stride() == v_cache.stride())
+    block_g, block_da, block_db, block_l, head_blocks = tiles(G, D, BLOCK_L, num_warps, same_kv)
     splits = _split_count(B * Hkv * head_blocks, L, block_l, q.device, SPLITS, G,
                           wgmma=block_g >= _WGMMA_ROWS and num_warps >= 8)
     chunk = triton.cdiv(triton.cdiv(L, splits), block_l) * block_l  # whole blocks per piece
     splits = triton.cdiv(L, chunk)  # no piece past L
     direct = splits == 1
     emulate = _interpreted()
-    same_kv = (k_cache.data_ptr() == v_cache.data_ptr() and k_cache.shape == v_cache.shape
-               and k_cache.stride() == v_cache.stride())
     if direct:  # nothing to merge: the workspace arguments are never touched
         m_ws = s_ws = acc_ws = out
     else:

@@ -1,0 +1,94 @@
+"""Softmax in Triton: a single online-softmax pass over a 129k-wide row, then one pass to write.
+
+The idea (Milakov & Gimelshein, "Online normalizer calculation for softmax", 2018): keep a running max
+m and a sum s of exp(x - m) rescaled by exp(m_old - m_new) whenever the max grows, so max and sum come
+from one read of the row instead of two. Each lane of a BLOCK_N chunk keeps its own (m, s); the lanes
+are combined once at the end.
+A batch of 1 to 64 sampling rows gives one program per row far too little parallelism for a 129k-wide
+row, so the row is split over several programs: pass 1 writes each piece's (m, s) to a small fp32 buffer,
+pass 2 combines a row's pieces (s_total = sum s_i * exp(m_i - m)) and writes its piece of the output,
+re-reading x (mostly from L2). PROGRAMS is the number of programs aimed at over the whole batch (the
+pieces per row follow from it and M); PROGRAMS == 1 is the plain one-program-per-row online softmax.
+On the H200 (2026-11-30, fp32, the default config, which then meant 256 programs): 64 x 128256 took
+34.5 us, 45% of the copy roofline, and 1 x 128256 7.2 us under a CUDA graph; more programs per row is
+the next thing the tuner can try (docs/NOTES.md).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+SPACE = {"BLOCK_N": [4096, 2048, 8192], "PROGRAMS": [256, 1024, 1], "num_warps": [8, 4]}
+
+# Finite "minus infinity" for running maxima: exp(m_old - m_new) stays exp(0) = 1 in lanes that have seen
+# nothing yet, where -inf - (-inf) would be NaN.
+_NEG_BIG = -3.0e38
+
+
+@triton.jit
+def _online_partials(x_ptr, m_ptr, s_ptr, stride_x, N, CHUNK, SPLIT,
+                     BLOCK: tl.constexpr, NEG_BIG: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    piece = tl.program_id(1)
+    x_row = x_ptr + row * stride_x
+    cols = tl.arange(0, BLOCK)
+    m = tl.full([BLOCK], NEG_BIG, dtype=tl.float32)
+    s = tl.zeros([BLOCK], dtype=tl.float32)
+    lo = piece * CHUNK  # CHUNK is a multiple of BLOCK, so only the row's end needs a mask
+    for start in range(lo, tl.minimum(lo + CHUNK, N), BLOCK):
+        mask = start + cols < N
+        x = tl.load(x_row + start + cols, mask=mask, other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, x)
+        s = s * tl.exp(m - m_new) + tl.exp(x - m_new)
+        m = m_new
+    m_piece = tl.max(m, axis=0)
+    s_piece = tl.sum(s * tl.exp(m - m_piece), axis=0)
+    tl.store(m_ptr + row * SPLIT + piece, m_piece)
+    tl.store(s_ptr + row * SPLIT + piece, s_piece)
+
+
+@triton.jit
+def _combine_and_write(x_ptr, out_ptr, m_ptr, s_ptr, stride_x, stride_out, N, CHUNK, SPLIT,
+                       BLOCK: tl.constexpr, SPLIT_P2: tl.constexpr, NEG_BIG: tl.constexpr):
+    # Reverse launch order: the pieces pass 1 read last are the likeliest still in L2, so go first.
+    row = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
+    piece = SPLIT - 1 - tl.program_id(1)
+    pieces = tl.arange(0, SPLIT_P2)
+    valid = pieces < SPLIT
+    m_parts = tl.load(m_ptr + row * SPLIT + pieces, mask=valid, other=NEG_BIG)
+    s_parts = tl.load(s_ptr + row * SPLIT + pieces, mask=valid, other=0.0)
+    row_max = tl.max(m_parts, axis=0)
+    inv_sum = 1.0 / tl.sum(s_parts * tl.exp(m_parts - row_max), axis=0)
+    x_row = x_ptr + row * stride_x
+    out_row = out_ptr + row * stride_out
+    cols = tl.arange(0, BLOCK)
+    lo = piece * CHUNK
+    for start in range(lo, tl.minimum(lo + CHUNK, N), BLOCK):
+        mask = start + cols < N
+        x = tl.load(x_row + start + cols, mask=mask, other=-float("inf")).to(tl.float32)
+        out = tl.exp(x - row_max) * inv_sum
+        tl.store(out_row + start + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def kernel(x, BLOCK_N=4096, PROGRAMS=256, num_warps=8):
+    if x.stride(-1) != 1:  # the kernels walk columns with unit stride
+        x = x.contiguous()
+    M, N = x.shape
+    out = torch.empty_like(x)
+    if M == 0 or N == 0:
+        return out
+    block = min(BLOCK_N, triton.next_power_of_2(N))
+    blocks = triton.cdiv(N, block)
+    # 256: about two waves of an H200's 132 SMs; 1024 keeps more bytes in flight for few, wide rows.
+    split = max(1, min(blocks, triton.cdiv(PROGRAMS, M)))
+    chunk = triton.cdiv(blocks, split) * block  # whole blocks per piece
+    split = triton.cdiv(N, chunk)  # no empty pieces
+    m_parts = torch.empty((M, split), dtype=torch.float32, device=x.device)
+    s_parts = torch.empty((M, split), dtype=torch.float32, device=x.device)
+    grid = (M, split)
+    _online_partials[grid](x, m_parts, s_parts, x.stride(0), N, chunk, split,
+                           BLOCK=block, NEG_BIG=_NEG_BIG, num_warps=num_warps)
+    _combine_and_write[grid](x, out, m_parts, s_parts, x.stride(0), out.stride(0), N, chunk, split,
+                             BLOCK=block, SPLIT_P2=triton.next_power_of_2(split), NEG_BIG=_NEG_BIG,
+                             num_warps=num_warps)
+    return out

@@ -1,0 +1,294 @@
+"""Decode attention in Triton, split-K (flash-decoding): the context is cut into pieces across programs.
+
+One program per (sequence, kv head) gives a single sequence 8 programs on an H200's 132 SMs, each walking
+the whole context. Here program (b, kv head, split) walks only its piece of the context with the online
+softmax of triton_gqa.py and writes, for each query head of the group, its partial state to an fp32
+workspace: the piece's max score m_i, sum of weights s_i = sum exp(score - m_i) and unnormalized output
+acc_i = sum exp(score - m_i) v. A second small kernel, one program per (sequence, query head), merges the
+pieces exactly: with m = max m_i, out = sum exp(m_i - m) acc_i / sum exp(m_i - m) s_i.
+Pieces beyond a row's seq_lens do nothing and leave (m, s, acc) = (-inf, 0, 0): a weight of exp(-inf) = 0
+in the merge (piece 0 is never empty, so m is finite). Lengths never leave the device (the split count
+comes from the padded L), so the kernel can be captured in a CUDA graph.
+SPLITS == 0 picks enough pieces for ~4 programs per SM, at least 4 blocks each; with one piece (large
+batches) the first kernel writes the normalized output itself and the merge is skipped.
+Wide heads go in blocks of 16 (4 warps) or 32 (8 warps) and the head dim in two power-of-two parts
+(DeepSeek-V3's absorbed MLA: G = 128, D = 576 = 512 + 64), as in triton_gqa.py.
+The EMULATE helpers make the interpreter (CPU tests) compute what the GPU does; see triton_gqa.py.
+On the H200 (2026-11-30, docs/measurements/2026-11-30-h200-session4): 16 us at B = 1, L = 4096 and 51-58 us
+at L = 32768 (issue 5 asks for 8 and 35), 0.85-0.92 of the roofline at B = 8 to 256.
+"""
+
+import functools
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+SPACE = {"SPLITS": [0, 8, 32], "BLOCK_L": [64, 32], "num_warps": [4, 8]}
+
+_PROGRAMS_PER_SM = 4
+_ACC_PER_THREAD = 72  # fp32 accumulator elements per thread (tiles())
+_WGMMA_ROWS = 64  # Hopper's warpgroup MMA takes 64 rows per warpgroup; fewer fall back to mma.sync
+_MAX_KEYS_TILE = 18432  # elements of a [BLOCK_L, head] key tile (tiles()): 32 positions of 576
+_MIN_BLOCKS_PER_SPLIT = 4
+_DEFAULT_SMS = 132  # an H100 / H200; the interpreter has no SMs to ask about
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index):
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@triton.jit
+def _round_bf16(x):
+    """fp32 -> the nearest bf16 value (ties to even), still as fp32: the interpreter's own cast truncates."""
+    bits = x.to(tl.int32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _bf16(x, EMULATE: tl.constexpr):
+    """x rounded to bf16: a bf16 tensor on the GPU, fp32 holding the same values in the interpreter."""
+    if EMULATE:
+        y = _round_bf16(x)
+    else:
+        y = x.to(tl.bfloat16)
+    return y
+
+
+@triton.jit
+def _dot(a, b, EMULATE: tl.constexpr):
+    """a @ b with an fp32 result: tensor cores on the GPU, an exact fp32 product in the interpreter."""
+    if EMULATE:
+        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        c = tl.dot(a, b)
+    return c
+
+
+@triton.jit
+def _split_partials(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr, m_ptr, s_ptr, acc_ptr,
+                    stride_qb, stride_qh, stride_kb, stride_kh, stride_kl, stride_vb, stride_vh, stride_vl,
+                    stride_ob, stride_oh, scale, Hq, Hkv, G, D, CHUNK, SPLITS,
+                    BLOCK_G: tl.constexpr, BLOCK_DA: tl.constexpr, BLOCK_DB: tl.constexpr, BLOCK_L: tl.constexpr,
+                    SAME_KV: tl.constexpr, DIRECT: tl.constexpr, EMULATE: tl.constexpr):
+    # Head blocks of one (sequence, kv head, piece) are neighbours in launch order: they read the same keys
+    # and values at about the same time, so all but the first read them from L2.
+    g = tl.program_id(0) * BLOCK_G + tl.arange(0, BLOCK_G)
+    b = tl.program_id(1).to(tl.int64) // Hkv  # int64: offsets into a large cache can pass 2^31
+    kvh = tl.program_id(1).to(tl.int64) % Hkv
+    split = tl.program_id(2)
+    seq_len = tl.load(lens_ptr + b)
+    # The head dim in two power-of-two parts, BLOCK_DA <= D and BLOCK_DB covering the rest (0: none), so a
+    # head of 576 (MLA) is 512 + 64 instead of one padded 1024.
+    da = tl.arange(0, BLOCK_DA)
+    da_ok = da < D  # all true but for heads under 16
+    cols = tl.arange(0, BLOCK_L)
+    head_ok = g < G
+    heads = kvh * G + g
+    q_row = q_ptr + b * stride_qb + heads[:, None] * stride_qh
+    qa = tl.load(q_row + da[None, :], mask=head_ok[:, None] & da_ok[None, :], other=0.0)
+    if BLOCK_DB > 0:
+        db = BLOCK_DA + tl.arange(0, BLOCK_DB)
+        db_ok = db < D
+        qb = tl.load(q_row + db[None, :], mask=head_ok[:, None] & db_ok[None, :], other=0.0)
+        acc_b = tl.zeros([BLOCK_G, BLOCK_DB], dtype=tl.float32)
+    k_row = k_ptr + b * stride_kb + kvh * stride_kh
+    v_row = v_ptr + b * stride_vb + kvh * stride_vh
+    m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    s = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc_a = tl.zeros([BLOCK_G, BLOCK_DA], dtype=tl.float32)
+    lo = split * CHUNK  # CHUNK is a multiple of BLOCK_L: only seq_len cuts a block short
+    for start in range(lo, tl.minimum(lo + CHUNK, seq_len), BLOCK_L):
+        pos = start + cols
+        valid = pos < seq_len
+        k_at = k_row + pos[:, None] * stride_kl
+        v_at = v_row + pos[:, None] * stride_vl
+        ka = tl.load(k_at + da[None, :], mask=valid[:, None] & da_ok[None, :], other=0.0)
+        scores = _dot(qa, tl.trans(ka), EMULATE)
+        if BLOCK_DB > 0:
+            kb = tl.load(k_at + db[None, :], mask=valid[:, None] & db_ok[None, :], other=0.0)
+            scores += _dot(qb, tl.trans(kb), EMULATE)
+        # fp32 by a cast: torch.compile's Inductor may hand the scale over as fp64 (it did on the H200)
+        scores = (scores * scale).to(tl.float32)  # [BLOCK_G, BLOCK_L]
+        scores = tl.where(valid[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, axis=1))  # finite: every block holds a valid position
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(scores - m_new[:, None])
+        s = s * alpha + tl.sum(p, axis=1)
+        p16 = _bf16(p, EMULATE)
+        # SAME_KV: the values are the keys' own memory (MLA's latent cache is both), already loaded.
+        if SAME_KV:
+            va = ka
+        else:
+            va = tl.load(v_at + da[None, :], mask=valid[:, None] & da_ok[None, :], other=0.0)
+        acc_a = acc_a * alpha[:, None] + _dot(p16, va, EMULATE)
+        if BLOCK_DB > 0:
+            if SAME_KV:
+                vb = kb
+            else:
+                vb = tl.load(v_at + db[None, :], mask=valid[:, None] & db_ok[None, :], other=0.0)
+            acc_b = acc_b * alpha[:, None] + _dot(p16, vb, EMULATE)
+        m = m_new
+    if DIRECT:  # one piece holds the whole context: normalize and write the output here
+        out_row = out_ptr + b * stride_ob + heads[:, None] * stride_oh
+        tl.store(out_row + da[None, :], _bf16(acc_a / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
+                 mask=head_ok[:, None] & da_ok[None, :])
+        if BLOCK_DB > 0:
+            tl.store(out_row + db[None, :], _bf16(acc_b / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
+                     mask=head_ok[:, None] & db_ok[None, :])
+    else:
+        row = (b * Hq + heads) * SPLITS + split  # workspace [B, Hq, SPLITS] (and [..., D] for acc)
+        tl.store(m_ptr + row, m, mask=head_ok)
+        tl.store(s_ptr + row, s, mask=head_ok)
+        tl.store(acc_ptr + row[:, None] * D + da[None, :], acc_a, mask=head_ok[:, None] & da_ok[None, :])
+        if BLOCK_DB > 0:
+            tl.store(acc_ptr + row[:, None] * D + db[None, :], acc_b, mask=head_ok[:, None] & db_ok[None, :])
+
+
+@triton.jit
+def _merge_splits(m_ptr, s_ptr, acc_ptr, out_ptr, stride_ob, stride_oh, Hq, D, SPLITS,
+                  SPLITS_P2: tl.constexpr, BLOCK_D: tl.constexpr, MERGE_BLOCK: tl.constexpr,
+                  EMULATE: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    base = (b * Hq + h) * SPLITS
+    pieces = tl.arange(0, SPLITS_P2)
+    m_all = tl.load(m_ptr + base + pieces, mask=pieces < SPLITS, other=float("-inf"))
+    s_all = tl.load(s_ptr + base + pieces, mask=pieces < SPLITS, other=0.0)
+    m = tl.max(m_all, axis=0)
+    denom = tl.sum(s_all * tl.exp(m_all - m), axis=0)
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    # MERGE_BLOCK pieces per step, not one: a [MERGE_BLOCK, D] tile keeps that many loads in flight (at
+    # MLA, B = 1, L = 32768, a head merges 64 pieces of 576), and a loop keeps registers bounded at any
+    # split count. Past the split count a piece weighs exp(-inf) = 0.
+    for first in range(0, SPLITS, MERGE_BLOCK):
+        idx = first + tl.arange(0, MERGE_BLOCK)
+        ok = idx < SPLITS
+        weight = tl.exp(tl.load(m_ptr + base + idx, mask=ok, other=float("-inf")) - m)
+        tile = tl.load(acc_ptr + (base + idx)[:, None] * D + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+        acc += tl.sum(tile * weight[:, None], axis=0)
+    out = acc / denom
+    tl.store(out_ptr + b * stride_ob + h * stride_oh + d, _bf16(out, EMULATE).to(out_ptr.dtype.element_ty),
+             mask=d_ok)
+
+
+def _split_count(programs, L, block, device, requested, G=1, wgmma=False):
+    """Pieces of the context, for ``programs`` programs per piece (B x Hkv x head blocks).
+
+    mma.sync tiles: enough pieces for _PROGRAMS_PER_SM programs per SM, each piece at least 4 G keys, so
+    the workspace a piece writes (G x D fp32) stays under a quarter of the keys and values it reads.
+    A wgmma tile (64 heads, 8 warps, all 255 registers) runs one program per SM, and is compute-bound at
+    MLA: the most pieces that fit one wave of programs, each at least _MIN_BLOCKS_PER_SPLIT blocks. On the
+    H200 (2026-11-30, session 6) the 4 G rule left DeepSeek's decode at B = 1, L = 1024 with 4 programs
+    (2 pieces x 2 head blocks), 2.4% slower than eager attention over the whole step; compute there, not
+    the workspace, is the cost.
+    """
+    blocks = triton.cdiv(L, block)
+    if requested:
+        return max(1, min(requested, blocks))
+    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device()) \
+        if device.type == "cuda" else _DEFAULT_SMS
+    if wgmma:
+        return max(1, min(sms // programs, blocks // _MIN_BLOCKS_PER_SPLIT))
+    want = triton.cdiv(_PROGRAMS_PER_SM * sms, programs)
+    min_blocks = max(_MIN_BLOCKS_PER_SPLIT, triton.cdiv(4 * G, block))
+    return max(1, min(want, blocks // min_blocks))
+
+
+def head_parts(D):
+    """The head dim as two power-of-two parts (BLOCK_DA <= D, BLOCK_DB >= the rest, 0 if none; 16 at
+    least, the least tl.dot takes): 128 -> (128, 0), 96 -> (64, 32), 576 -> (512, 64)."""
+    block_da = max(16, 1 << (D.bit_length() - 1))
+    rest = D - block_da
+    return block_da, (max(16, triton.next_power_of_2(rest)) if rest > 0 else 0)
+
+
+def tiles(G, D, BLOCK_L, num_warps=4):
+    """(BLOCK_G, BLOCK_DA, BLOCK_DB, BLOCK_L, head blocks) for a group of G heads of size D.
+
+    The fp32 accumulator [BLOCK_G, head] gets at most _ACC_PER_THREAD elements per thread, so more warps
+    take more heads: at DeepSeek's MLA heads (G = 128, D = 576), 16 heads with 4 warps, fewer head blocks
+    re-reading the same keys from L2. Those 16 rows run on mma.sync, Ampere's tensor-core path. With 8 warps
+    and a group of 64 heads or more, the block is 64 heads, the rows Hopper's warpgroup MMA (wgmma) takes:
+    2 head blocks at MLA instead of 8, at 144 accumulator elements per thread (Triton 3.9 for sm_90: 255
+    registers and 224 bytes of spills, found on the CPU). The key tile [BLOCK_L, head] is at most
+    _MAX_KEYS_TILE elements (32 positions of 576).
+    """
+    block_da, block_db = head_parts(D)
+    width = block_da + block_db
+    threads = 32 * num_warps
+    block_g = max(16, min(triton.next_power_of_2(G), _floor_pow2(_ACC_PER_THREAD * threads // width)))
+    if num_warps >= 8 and G >= _WGMMA_ROWS:
+        block_g = max(block_g, _WGMMA_ROWS)
+    block_l = max(16, min(BLOCK_L, _floor_pow2(_MAX_KEYS_TILE // width)))
+    return block_g, block_da, block_db, block_l, triton.cdiv(G, block_g)
+
+
+def _floor_pow2(n):
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def _interpreted():
+    """The Triton interpreter runs the kernels (the CPU tests): the EMULATE helpers make it compute what the
+    GPU does. Not the tensors' device: a compile for sm_90 on a CPU-only machine (tests/hopper_compile.py)
+    holds CPU tensors and must compile the GPU's code."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4, WIDE_WARPS=8):
+    """WIDE_WARPS: the warps for a group of 64 heads or more (MLA's 128), whatever num_warps says: 8 give
+    64-head wgmma tiles (tiles()); 0 keeps num_warps. num_warps is tuned on the Llama groups of 4 and 8,
+    which outnumber the MLA shapes in the task, and would otherwise decide MLA's tiles too."""
+    # The kernels walk the head dim with unit stride.
+    q, k_cache, v_cache = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k_cache, v_cache))
+    seq_lens = seq_lens.contiguous()
+    B, Hq, D = q.shape
+    Hkv, L = k_cache.shape[1], k_cache.shape[2]
+    G = Hq // Hkv
+    out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
+    if B == 0 or Hq == 0:
+        return out
+    if WIDE_WARPS and G >= _WGMMA_ROWS:
+        num_warps = WIDE_WARPS
+    block_g, block_da, block_db, block_l, head_blocks = tiles(G, D, BLOCK_L, num_warps)
+    splits = _split_count(B * Hkv * head_blocks, L, block_l, q.device, SPLITS, G,
+                          wgmma=block_g >= _WGMMA_ROWS and num_warps >= 8)
+    chunk = triton.cdiv(triton.cdiv(L, splits), block_l) * block_l  # whole blocks per piece
+    splits = triton.cdiv(L, chunk)  # no piece past L
+    direct = splits == 1
+    emulate = _interpreted()
+    same_kv = (k_cache.data_ptr() == v_cache.data_ptr() and k_cache.shape == v_cache.shape
+               and k_cache.stride() == v_cache.stride())
+    if same_kv and block_g >= _WGMMA_ROWS:  # no value tiles: room for twice the positions
+        block_l = max(block_l, min(BLOCK_L, 2 * block_l))
+        chunk = triton.cdiv(triton.cdiv(L, splits), block_l) * block_l
+        splits = triton.cdiv(L, chunk)
+        direct = splits == 1
+    if direct:  # nothing to merge: the workspace arguments are never touched
+        m_ws = s_ws = acc_ws = out
+    else:
+        m_ws = torch.empty((B, Hq, splits), dtype=torch.float32, device=q.device)
+        s_ws = torch.empty((B, Hq, splits), dtype=torch.float32, device=q.device)
+        acc_ws = torch.empty((B, Hq, splits, D), dtype=torch.float32, device=q.device)
+    _split_partials[(head_blocks, B * Hkv, splits)](
+        q, k_cache, v_cache, seq_lens, out, m_ws, s_ws, acc_ws,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
+        1.0 / math.sqrt(D), Hq, Hkv, G, D, chunk, splits,
+        BLOCK_G=block_g, BLOCK_DA=block_da, BLOCK_DB=block_db, BLOCK_L=block_l,
+        SAME_KV=same_kv, DIRECT=direct, EMULATE=emulate, num_warps=num_warps,
+        # Two pipeline stages for wide heads: fewer copies of the [16, 576] key and value tiles in flight.
+        **({"num_stages": 2} if block_da + block_db > 256 else {}),
+    )
+    if not direct:
+        _merge_splits[(B, Hq)](m_ws, s_ws, acc_ws, out, out.stride(0), out.stride(1), Hq, D, splits,
+                               SPLITS_P2=triton.next_power_of_2(splits), BLOCK_D=max(16, triton.next_power_of_2(D)),
+                               MERGE_BLOCK=min(8, triton.next_power_of_2(splits)), EMULATE=emulate,
+                               num_warps=4)
+    return out
