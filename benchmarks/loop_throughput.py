@@ -69,6 +69,20 @@ def timed_call_means(attempts: list[dict]) -> str:
     return f"{calls} timed calls, us per call: " + ", ".join(f"{part} {total / calls:.0f}" for part, total in sums.items())
 
 
+def judge_host(attempts: list[dict], wall_s: float) -> str:
+    """The judging threads' CPU seconds over the run's wall time, and the mean wait for the device lock
+    per attempt. The loop judges in threads of one process, which share one interpreter lock: a CPU
+    share near 100% means the judges queue for it, and more GPUs cannot go faster."""
+    hosts = [(a.get("extra") or {}).get("judge_host_s") or {} for a in attempts]
+    hosts = [h for h in hosts if h]
+    if not hosts or wall_s <= 0:
+        return "-"
+    cpu = sum(h.get("cpu", 0.0) for h in hosts)
+    wait = sum(h.get("gpu_wait", 0.0) for h in hosts) / len(hosts)
+    return (f"judge threads' CPU {cpu:.1f} s = {100 * cpu / wall_s:.0f}% of one core over the run, "
+            f"waiting for the GPU {wait:.1f} s per attempt")
+
+
 def timed_kernel_seconds(attempts: list[dict]) -> float:
     """GPU seconds of the timed kernels themselves (the candidates' and the references'), over the run."""
     total = 0.0
@@ -100,7 +114,8 @@ def main():
         recorded = ledger.attempts(ledger.list_runs()[0]["id"])
         phases, calls = phase_means(recorded), timed_call_means(recorded)
         kernel_s = timed_kernel_seconds(recorded)
-    wall = time.perf_counter() - t0
+        wall = time.perf_counter() - t0
+        host = judge_host(recorded, wall)
     busy = []
     for sampler in samplers:
         sampler.stop.set()
@@ -112,7 +127,7 @@ def main():
             f"{60 * attempts / wall:.1f} candidates/min; GPU busy {' / '.join(busy) or '-'} "
             f"(NVML: any kernel running, the launch holds included), timed kernels {100 * kernel_s / wall:.2f}% "
             "of the wall; "
-            f"mean per attempt: {phases}; {calls}")
+            f"mean per attempt: {phases}; {host}; {calls}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "loop_throughput.txt").write_text(text + "\n")
     print(text)

@@ -133,3 +133,23 @@ def test_two_evaluations_never_check_beside_a_timing():
             if other[2:] != (start, end):
                 assert other[3] <= start or other[2] >= end, (mode, other)  # no overlap at all
     assert lock.state() == (0, False, 0)
+
+
+def test_an_evaluation_reports_its_wait_for_the_gpu_and_its_own_cpu_time():
+    # The verdict's judge_host_s: seconds spent waiting for the device lock (here a timer holds it for the
+    # first 4 s; the evaluation's first call, which compiles, goes without it) and the judging thread's own
+    # CPU seconds, so a slow loop shows which it was.
+    task = load_task(str(DATA / "tasks" / "axpby.py"))
+    candidate = load_candidate(DATA / "candidates" / "axpby_honest.py")
+    lock = DeviceLock()
+    thread, entered, release = _start(lock, "exclusive")
+    entered.wait(5)
+    threading.Timer(4.0, release.set).start()
+    verdict = evaluate(task, candidate, None, JudgeOptions(device="cpu", device_lock=lock))
+    thread.join(5)
+    assert verdict.verdict == "pass", verdict.reasons
+    host = verdict.judge_host_s
+    assert 1.0 <= host["gpu_wait"] <= verdict.judge_wall_s
+    assert 0.0 < host["cpu"] <= verdict.judge_wall_s
+    alone = evaluate(task, candidate, None, JudgeOptions(device="cpu"))
+    assert alone.judge_host_s["gpu_wait"] == 0.0

@@ -27,3 +27,14 @@ def test_timed_kernel_seconds_sum_calls_times_mean_kernel_time():
 
     attempts = [_attempt(10.0, {}, 100, {"kernel": 5.0}), _attempt(10.0, {}, 300, {"kernel": 10.0}), {"extra": {}}]
     assert abs(timed_kernel_seconds(attempts) - (100 * 5.0 + 300 * 10.0) / 1e6) < 1e-12
+
+
+def test_judge_host_share_of_one_core_and_mean_gpu_wait():
+    from loop_throughput import judge_host
+
+    attempts = [{"extra": {"judge_host_s": {"cpu": 6.0, "gpu_wait": 1.0}}},
+                {"extra": {"judge_host_s": {"cpu": 3.0, "gpu_wait": 3.0}}},
+                {"extra": {}}]  # recorded before the judge reported it
+    assert judge_host(attempts, 30.0) == ("judge threads' CPU 9.0 s = 30% of one core over the run, "
+                                          "waiting for the GPU 2.0 s per attempt")
+    assert judge_host([{"extra": {}}], 30.0) == "-"

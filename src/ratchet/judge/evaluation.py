@@ -82,10 +82,11 @@ class Evaluation:
         self.first_call = True
         self._expected: dict = {}
         self.call_costs = CallCosts()  # where the timed calls' wall time went, over all shapes
+        self.gpu_wait_s = 0.0  # waiting for the device lock (another evaluation timing, or checking)
 
     # -- the whole evaluation --------------------------------------------------------------------
     def run(self) -> Verdict:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         verdict = Verdict("pass", task=self.task.name, candidate=self.candidate.path, config=self.config,
                           device=self.device)
         try:
@@ -119,6 +120,7 @@ class Evaluation:
         if verdict.verdict == "pass" and verdict.shapes:
             verdict.speedup = weighted_geomean_speedup(verdict.shapes)
         verdict.judge_wall_s = round(time.perf_counter() - t0, 3)
+        verdict.judge_host_s = {"cpu": round(time.thread_time() - cpu0, 3), "gpu_wait": round(self.gpu_wait_s, 3)}
         return verdict
 
     def _start_workers(self):
@@ -146,8 +148,12 @@ class Evaluation:
             if "error" in ref_reply:
                 raise Abort([Reason("reference_error", f"reference worker: {ref_reply['detail']}")])
 
+    @contextlib.contextmanager
     def _gpu(self, mode: str):
-        return holding(self.opts.device_lock, mode)
+        asked = time.perf_counter()
+        with holding(self.opts.device_lock, mode):
+            self.gpu_wait_s += time.perf_counter() - asked
+            yield
 
     # -- correctness -----------------------------------------------------------------------------
     def shapes(self) -> list[tuple[dict, bool]]:

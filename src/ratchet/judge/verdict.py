@@ -104,6 +104,9 @@ class Verdict:
     device_name: str = ""
     judge_wall_s: float = 0.0
     phases_s: dict[str, float] = field(default_factory=dict)  # start, correctness, timing
+    # The judging thread's own CPU seconds (in the process running the loop, whose threads share one
+    # interpreter lock) and its seconds waiting for the device lock: where a slow evaluation's time went.
+    judge_host_s: dict[str, float] = field(default_factory=dict)
     # The timed calls: how many, and the mean host us per call of each part (judge.timing.CallCosts)
     timed_calls: dict[str, Any] = field(default_factory=dict)
     ceilings: dict[str, float] = field(default_factory=dict)  # the roofline's: copy_tbps, matmul_tflops
