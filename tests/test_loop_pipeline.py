@@ -50,3 +50,44 @@ def test_parallel_run_commits_like_a_serial_run(tmp_path):
     assert serial.attempts == parallel.attempts == 8
     assert parallel_rows == serial_rows  # same order, same configs, same keep decisions
     assert serial.best_speedup == parallel.best_speedup == max(1.6 * 1.05, 1.6)
+
+
+def test_a_slow_oldest_evaluation_does_not_idle_the_other_slots(tmp_path):
+    # One GPU: three evaluations run at once (loop.LOOKAHEAD = 2). The first proposal takes 1 s (a long
+    # compile), the others 20 ms. Commits still go in proposal order, but while the first is judged the
+    # other two slots keep judging the next proposals, up to two pipelines' worth uncommitted, and never
+    # more than three at once.
+    from ratchet.loop import LOOKAHEAD, UNCOMMITTED_PIPELINES
+    import threading
+
+    task = load_task(str(DATA / "tasks" / "axpby.py"))
+    cand = load_candidate(DATA / "candidates" / "axpby_tunable.py")
+    ledger = Ledger(tmp_path / "slow_head.sqlite")
+    run_id = ledger.create_run(task="axpby", task_path="axpby.py", device="cuda", device_name="fake",
+                               proposer="tune", budget_attempts=8)
+    loop = Loop(ledger, run_id, task, TuneProposer([cand], sampler="grid"), RunLimits(budget_attempts=8),
+                [JudgeOptions(device="cuda", gpu_index=0)], candidates=[cand])
+    guard, events, state = threading.Lock(), [], {"running": 0, "most": 0}
+
+    def judge(proposal, opts):
+        with guard:
+            first = not events
+            events.append(("start", str(proposal.config)))
+            state["running"] += 1
+            state["most"] = max(state["most"], state["running"])
+        time.sleep(1.0 if first else 0.02)
+        with guard:
+            state["running"] -= 1
+            events.append(("end", str(proposal.config)))
+        return fake_verdict(proposal.config, random.Random(0))
+
+    loop._judge = judge
+    assert loop.run().attempts == 8
+    head_end = events.index(("end", events[0][1]))
+    started_before = sum(1 for kind, _ in events[:head_end] if kind == "start")
+    pipeline = 1 + LOOKAHEAD
+    assert started_before == UNCOMMITTED_PIPELINES * pipeline  # 6, not the 3 a blocked pipeline allows
+    assert state["most"] == pipeline
+    configs = [a["config_key"] for a in ledger.attempts(run_id)]
+    _, serial_rows = run_loop(tmp_path, 1, "serial")
+    assert configs == [row[1] for row in serial_rows]  # proposal order, as a serial run

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -34,6 +34,9 @@ from ratchet.task import Task
 # kernel spent ~15 of its ~18 s starting, compiling and checking, and the GPU was busy 12% of a run
 # with one ahead (2026-11-30, benchmarks/loop_throughput.py).
 LOOKAHEAD = 2
+# Judged but not yet committed evaluations wait behind a slower one proposed before them (commits go in
+# proposal order); up to this many pipelines' worth, so one long compile does not idle the other slots.
+UNCOMMITTED_PIPELINES = 2
 
 
 @dataclass(frozen=True)
@@ -107,25 +110,35 @@ class Loop:
         # (judge.device_lock). On the CPU one at a time: checks would disturb the timing there.
         pipeline = slots * (1 + LOOKAHEAD) if self.judge_options[0].device == "cuda" else 1
         inflight: list[tuple[Proposal, Future, JudgeOptions]] = []
+
+        def running(options=None) -> int:
+            return sum(1 for _, f, o in inflight if not f.done() and (options is None or o is options))
+
         stop = None
         try:
             with ThreadPoolExecutor(max_workers=pipeline) as pool:
                 while True:
                     stop = stop or self._should_stop(pending=len(inflight))
-                    while stop is None and len(inflight) < pipeline:
+                    while (stop is None and running() < pipeline
+                           and len(inflight) < UNCOMMITTED_PIPELINES * pipeline):
                         proposal = self._next_proposal()
                         if proposal is None:
                             if not inflight:  # a proposer may say why it ended (e.g. its LLM budget)
                                 stop = getattr(self.proposer, "stop_reason", None) or "search space exhausted"
                             break
-                        # The GPU with the fewest evaluations in flight.
-                        options = min(self.judge_options, key=lambda o: sum(e[2] is o for e in inflight))
+                        # The GPU with the fewest evaluations running.
+                        options = min(self.judge_options, key=running)
                         inflight.append((proposal, pool.submit(self._judge, proposal, options), options))
                         stop = self._should_stop(pending=len(inflight))
                     if not inflight:
                         break
-                    proposal, future, options = inflight.pop(0)  # commit in proposal order
-                    self._commit(proposal, future.result(), options)
+                    # Commit in proposal order; while the oldest is still judged, a finished younger one
+                    # frees its slot for the next proposal instead of waiting behind it.
+                    if not inflight[0][1].done():
+                        wait([f for _, f, _ in inflight if not f.done()], return_when=FIRST_COMPLETED)
+                    while inflight and inflight[0][1].done():
+                        proposal, future, options = inflight.pop(0)
+                        self._commit(proposal, future.result(), options)
         except KeyboardInterrupt:
             self.ledger.set_status(self.run_id, "stopped", "interrupted (Ctrl-C); resume with --resume")
             raise
