@@ -70,17 +70,22 @@ def timed_call_means(attempts: list[dict]) -> str:
 
 
 def judge_host(attempts: list[dict], wall_s: float) -> str:
-    """The judging threads' CPU seconds over the run's wall time, and the mean wait for the device lock
-    per attempt. The loop judges in threads of one process, which share one interpreter lock: a CPU
-    share near 100% means the judges queue for it, and more GPUs cannot go faster."""
+    """The judging threads' CPU seconds over the run's wall time; per attempt, the mean wait for the device
+    lock and the correctness phase's parts (verdicts' judge_host_s). The loop judges in threads of one
+    process, which share one interpreter lock: a CPU share near 100% means the judges queue for it, and
+    more GPUs cannot go faster."""
     hosts = [(a.get("extra") or {}).get("judge_host_s") or {} for a in attempts]
     hosts = [h for h in hosts if h]
     if not hosts or wall_s <= 0:
         return "-"
     cpu = sum(h.get("cpu", 0.0) for h in hosts)
-    wait = sum(h.get("gpu_wait", 0.0) for h in hosts) / len(hosts)
-    return (f"judge threads' CPU {cpu:.1f} s = {100 * cpu / wall_s:.0f}% of one core over the run, "
-            f"waiting for the GPU {wait:.1f} s per attempt")
+
+    def mean(key):
+        return sum(h.get(key, 0.0) for h in hosts) / len(hosts)
+
+    return (f"judge threads' CPU {cpu:.1f} s = {100 * cpu / wall_s:.0f}% of one core over the run; per attempt "
+            f"waiting for the GPU {mean('gpu_wait'):.1f} s, correctness: first call {mean('first_call'):.1f} s, "
+            f"other calls {mean('calls'):.1f} s, checks {mean('checks'):.1f} s")
 
 
 def timed_kernel_seconds(attempts: list[dict]) -> float:

@@ -151,5 +151,9 @@ def test_an_evaluation_reports_its_wait_for_the_gpu_and_its_own_cpu_time():
     host = verdict.judge_host_s
     assert 1.0 <= host["gpu_wait"] <= verdict.judge_wall_s
     assert 0.0 < host["cpu"] <= verdict.judge_wall_s
+    parts = host["first_call"] + host["calls"] + host["checks"]
+    assert min(host["first_call"], host["calls"], host["checks"]) > 0.0
+    assert parts <= verdict.phases_s["correctness"] + 0.01
+    assert host["calls"] + host["checks"] >= 1.0  # the lock wait lies inside those parts
     alone = evaluate(task, candidate, None, JudgeOptions(device="cpu"))
     assert alone.judge_host_s["gpu_wait"] == 0.0

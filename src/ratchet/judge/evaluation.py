@@ -83,6 +83,9 @@ class Evaluation:
         self._expected: dict = {}
         self.call_costs = CallCosts()  # where the timed calls' wall time went, over all shapes
         self.gpu_wait_s = 0.0  # waiting for the device lock (another evaluation timing, or checking)
+        # The correctness phase's wall time by part (waits for the device lock included): the first call
+        # (import, compile), the candidate's other calls, and the judge's own references and comparisons.
+        self.correctness_parts = {"first_call": 0.0, "calls": 0.0, "checks": 0.0}
 
     # -- the whole evaluation --------------------------------------------------------------------
     def run(self) -> Verdict:
@@ -120,7 +123,8 @@ class Evaluation:
         if verdict.verdict == "pass" and verdict.shapes:
             verdict.speedup = weighted_geomean_speedup(verdict.shapes)
         verdict.judge_wall_s = round(time.perf_counter() - t0, 3)
-        verdict.judge_host_s = {"cpu": round(time.thread_time() - cpu0, 3), "gpu_wait": round(self.gpu_wait_s, 3)}
+        verdict.judge_host_s = {"cpu": round(time.thread_time() - cpu0, 3), "gpu_wait": round(self.gpu_wait_s, 3),
+                                **{part: round(s, 3) for part, s in self.correctness_parts.items()}}
         return verdict
 
     def _start_workers(self):
@@ -189,12 +193,16 @@ class Evaluation:
                      "first_of_task": self.first_call, "profile": len(pairs) + i == profiled} for i in range(count)]
             budget = self.opts.limits.first_call_s if self.first_call else self.opts.limits.call_s * count
             # The first call compiles on the CPU cores while another evaluation may be timing.
+            asked = time.perf_counter()
+            part = "first_call" if self.first_call else "calls"
             with contextlib.nullcontext() if self.first_call else self._gpu("shared"):
                 reply, _ = self.cand.ask({"op": "batch", "calls": subs, "shape": shape,
                                           "dtype": str(dtype).removeprefix("torch."), "poison": True,
                                           "flush": False, "guards": self.opts.guards},
                                          min(budget, max(1.0, self.deadline - time.perf_counter())))
             self.first_call = False
+            checking = time.perf_counter()
+            self.correctness_parts[part] += checking - asked
             with self._gpu("shared"):  # the references and comparisons run on the judge's GPU
                 for sub, result in zip(subs, reply["results"]):
                     self._raise_on_error(result)
@@ -202,6 +210,7 @@ class Evaluation:
                     self._forbidden(result.get("ops"), label)
                     pairs.append(self._verify(shape, dtype, sub["seed"], result, label,
                                               statistical=rule is not None, fingerprint_seed=sub["fingerprint_seed"]))
+            self.correctness_parts["checks"] += time.perf_counter() - checking
         if rule:
             details = rule.test(pairs)
             if details:

@@ -104,8 +104,9 @@ class Verdict:
     device_name: str = ""
     judge_wall_s: float = 0.0
     phases_s: dict[str, float] = field(default_factory=dict)  # start, correctness, timing
-    # The judging thread's own CPU seconds (in the process running the loop, whose threads share one
-    # interpreter lock) and its seconds waiting for the device lock: where a slow evaluation's time went.
+    # Where a slow evaluation's time went: the judging thread's own CPU seconds ("cpu"; the loop judges in
+    # threads of one process, which share one interpreter lock), its seconds waiting for the device lock
+    # ("gpu_wait"), and the correctness phase's wall time by part ("first_call", "calls", "checks").
     judge_host_s: dict[str, float] = field(default_factory=dict)
     # The timed calls: how many, and the mean host us per call of each part (judge.timing.CallCosts)
     timed_calls: dict[str, Any] = field(default_factory=dict)

@@ -48,7 +48,9 @@ def print_verdict(verdict: Verdict, console: Console | None = None, counters: di
     phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in verdict.phases_s.items())
     host = verdict.judge_host_s
     if host:
-        phases += f"; judge thread CPU {host['cpu']:.1f} s, waiting for the GPU {host['gpu_wait']:.1f} s"
+        phases += (f"; correctness: first call {host['first_call']:.1f} s, other calls {host['calls']:.1f} s, "
+                   f"checks {host['checks']:.1f} s; judge thread CPU {host['cpu']:.1f} s, "
+                   f"waiting for the GPU {host['gpu_wait']:.1f} s")
     console.print(f"  judge wall time {verdict.judge_wall_s:.1f} s" + (f" ({phases})" if phases else ""))
     if verdict.timed_calls:
         parts = ", ".join(f"{part} {us:.0f}" for part, us in verdict.timed_calls["mean_us"].items())
