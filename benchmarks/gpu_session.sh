@@ -72,6 +72,10 @@ for stage in $STAGES; do
              --seed-file "$ROWWISE" --out "$OUT" > "$OUT/guard.log" 2>&1 ;;
     suite) timeout "${SUITE_S:-540}" python benchmarks/suite.py ${SUITE_ARGS:-} --out "$OUT/suite" \
              > "$OUT/suite.log" 2>&1 ;;
+    # Issue 5's copy-ceiling goal: each norm's and silu_mul's largest shapes beside torch.compile and Liger.
+    largest) timeout "${LARGEST_S:-540}" python benchmarks/suite.py --tasks rmsnorm add_rmsnorm silu_mul \
+             --largest "${LARGEST_N:-2}" --peers torch_compile liger --time-budget $(( ${LARGEST_S:-540} - 40 )) \
+             --out "$OUT/largest" ${LARGEST_ARGS:-} > "$OUT/largest.log" 2>&1 ;;
     e2e) timeout "${E2E_S:-560}" python benchmarks/e2e_stack.py --run-task decode_attention --budget "${E2E_BUDGET:-6}" \
              --workloads llama deepseek --contexts 8192 32768 --out "$OUT/e2e" ${E2E_ARGS:-} > "$OUT/e2e.log" 2>&1 ;;
     # Gates and stack rows for runs already in a ledger (E2E_LEDGER, carried in the tree; E2E_RUNS): the
@@ -86,7 +90,7 @@ for stage in $STAGES; do
 done
 grep -h -E "^(PASSED|FAILED|ERROR|SKIPPED) |Timeout" "$OUT/pytest_gpu.log" 2>/dev/null | sort | uniq -c | sort -rn | head -5
 for f in smoke.log pytest_gpu.log eval_rmsnorm.err eval_seeds.md search_efficiency.md loop_throughput.txt guard_cost.md \
-         judge_phase_costs.md all/eval_seeds.md runs/runs.md suite/suite.md e2e/e2e_stack.md \
+         judge_phase_costs.md all/eval_seeds.md runs/runs.md suite/suite.md largest/suite.md e2e/e2e_stack.md \
          search_decode/search_efficiency.md search/search_efficiency.md; do
   [ -f "$OUT/$f" ] && { echo "== $f"; tail -20 "$OUT/$f"; }
 done

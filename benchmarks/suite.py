@@ -76,6 +76,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="'first' (the task's first dtype, the default), 'all', or a dtype name such as bfloat16")
     p.add_argument("--shapes", type=int, metavar="N", help="only the first N public shapes of each task "
                    "(held-out shapes are still drawn and checked)")
+    p.add_argument("--largest", type=int, metavar="N", help="only the N public shapes of each task that move the "
+                   "most bytes (the task's cost model), e.g. for the copy-ceiling goal; with --shapes, "
+                   "the N largest of the first ones")
     p.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS), help="which columns to judge")
     p.add_argument("--best", action="append", default=[], metavar="TASK=FILE|RUN",
                    help="the best kernel for TASK: a candidate file, or a run id whose best is taken from the "
@@ -147,7 +150,7 @@ def run_suite(args, argv, out: Path, scratch: Path, clock: "Clock") -> list[dict
                                  f"{', '.join(str(d).removeprefix('torch.') for d in task.dtypes)})")
         for dtype in dtypes:
             result = {"task": task.name, "dtype": str(dtype).removeprefix("torch."), "evaluations": {}}
-            view = restrict(task, args.device, dtype, args.shapes)
+            view = restrict(task, args.device, dtype, args.shapes, largest=args.largest)
             result["public"] = [dict(s) for s in view.shape_set(args.device).public]
             result["costs"] = [shape_cost(view, s, dtype, ceilings) for s in result["public"]]
             for peer in args.peers:
@@ -212,12 +215,18 @@ def task_dtypes(task, choice: str) -> list[torch.dtype]:
     return [wanted] if wanted in task.dtypes else []  # a task without that dtype is left out
 
 
-def restrict(task, device: str, dtype, n_shapes: int | None, limits: dict | None = None):
-    """The task at one dtype, its first N public shapes, and (for a peer with size limits) only the
-    shapes and held-out ranges within them. The worker remakes inputs from the task file, so only the
-    shape list and dtypes change."""
+def restrict(task, device: str, dtype, n_shapes: int | None, limits: dict | None = None,
+             largest: int | None = None):
+    """The task at one dtype, its first N public shapes (of those, the ``largest`` that move the most
+    bytes, in the task's order), and (for a peer with size limits) only the shapes and held-out ranges
+    within them. The worker remakes inputs from the task file, so only the shape list and dtypes change."""
     shape_set = task.shape_set(device)
     public = [dict(s) for s in shape_set.public][:n_shapes]
+    if largest is not None and task.cost is not None:  # without a cost model: the first ones
+        by_bytes = sorted(range(len(public)), key=lambda i: -task.cost(public[i], dtype).bytes)
+        public = [public[i] for i in sorted(by_bytes[:largest])]
+    elif largest is not None:
+        public = public[:largest]
     held = shape_set.held_out
     if limits:
         public = [s for s in public if within(s, limits)]

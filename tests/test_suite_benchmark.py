@@ -169,3 +169,22 @@ def test_eager_row_quotes_a_graph_peer_at_its_eager_time():
     assert best["speedup_vs_eager"] == pytest.approx(80.0 / 30.0)
     assert best["speedup_vs_compile"] == pytest.approx(40.0 / 30.0)
     assert row["winner"] == "best" and row["cells"]["liger"]["status"] == "not_run"
+
+
+def test_largest_keeps_the_shapes_that_move_the_most_bytes_in_task_order():
+    # The copy-ceiling goal is about each task's largest shapes: --largest N picks them by the task's cost
+    # model (GPU shapes of rmsnorm at bf16), in the order the task lists them.
+    import suite
+
+    task = load_task("rmsnorm")
+    public = task.shape_set("cuda").public
+    bytes_of = {json.dumps(s, sort_keys=True): task.cost(s, torch.bfloat16).bytes for s in public}
+    view = suite.restrict(task, "cuda", torch.bfloat16, None, largest=2)
+    picked = view.shape_set("cuda").public
+    assert len(picked) == 2
+    rest = [b for k, b in bytes_of.items() if k not in {json.dumps(s, sort_keys=True) for s in picked}]
+    assert min(bytes_of[json.dumps(s, sort_keys=True)] for s in picked) >= max(rest)
+    assert [public.index(s) for s in picked] == sorted(public.index(s) for s in picked)
+    first_two = suite.restrict(task, "cuda", torch.bfloat16, 2).shape_set("cuda").public
+    assert first_two == [dict(s) for s in public[:2]] and first_two != picked
+    assert view.dtypes == (torch.bfloat16,)
