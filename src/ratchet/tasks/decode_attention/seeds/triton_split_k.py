@@ -9,8 +9,9 @@ pieces exactly: with m = max m_i, out = sum exp(m_i - m) acc_i / sum exp(m_i - m
 Pieces beyond a row's seq_lens do nothing and leave (m, s, acc) = (-inf, 0, 0): a weight of exp(-inf) = 0
 in the merge (piece 0 is never empty, so m is finite). Lengths never leave the device (the split count
 comes from the padded L), so the kernel can be captured in a CUDA graph.
-SPLITS == 0 picks enough pieces for ~4 programs per SM, at least 4 blocks each; with one piece (large
-batches) the first kernel writes the normalized output itself and the merge is skipped.
+SPLITS == 0 picks enough pieces for ~4 programs per SM, at least 4 blocks each (for 64-head wgmma tiles,
+which fill an SM alone: one wave of programs, at least 128 keys each); with one piece (large batches) the
+first kernel writes the normalized output itself and the merge is skipped.
 The head dim goes in two power-of-two parts (DeepSeek-V3's absorbed MLA: G = 128, D = 576 = 512 + 64), as
 in triton_gqa.py. A group of 64 heads or more (MLA) goes in 64-head blocks on 8 warps, the rows of Hopper's
 warpgroup MMA; and where the values are the keys' own memory (MLA's latent cache is passed as both), each
