@@ -68,15 +68,23 @@ LIGER_NOTES = {
 }
 
 
+def positive_int(text: str) -> int:
+    """A count of shapes: 1 or more (argparse turns the ValueError into one usage line, exit 2)."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", nargs="+", metavar="TASK", default=None,
                    help="built-in task names or task files (default: every built-in task)")
     p.add_argument("--dtype", default="first",
                    help="'first' (the task's first dtype, the default), 'all', or a dtype name such as bfloat16")
-    p.add_argument("--shapes", type=int, metavar="N", help="only the first N public shapes of each task "
+    p.add_argument("--shapes", type=positive_int, metavar="N", help="only the first N public shapes of each task "
                    "(held-out shapes are still drawn and checked)")
-    p.add_argument("--largest", type=int, metavar="N", help="only the N public shapes of each task that move the "
+    p.add_argument("--largest", type=positive_int, metavar="N", help="only the N public shapes of each task that move the "
                    "most bytes (the task's cost model), e.g. for the copy-ceiling goal; with --shapes, "
                    "the N largest of the first ones")
     p.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS), help="which columns to judge")

@@ -188,3 +188,11 @@ def test_largest_keeps_the_shapes_that_move_the_most_bytes_in_task_order():
     first_two = suite.restrict(task, "cuda", torch.bfloat16, 2).shape_set("cuda").public
     assert first_two == [dict(s) for s in public[:2]] and first_two != picked
     assert view.dtypes == (torch.bfloat16,)
+
+
+@pytest.mark.parametrize("flag", ["--shapes", "--largest"])
+def test_a_shape_count_under_one_is_one_usage_line(tmp_path, flag):
+    proc = run_suite(tmp_path, flag, "0", timeout=60)
+    assert proc.returncode == 2
+    assert f"argument {flag}: invalid positive_int value: '0'" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "suite.json").exists()
