@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
+from ratchet.cli import UsageError, parse_gpus
 from ratchet.ledger import Ledger
 from ratchet.run_command import RunRequest, start_or_resume
 
@@ -101,13 +102,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="rmsnorm")
     parser.add_argument("--budget", type=int, default=12)
-    parser.add_argument("--gpus", type=_gpu_list, default=(), metavar="LIST",
+    parser.add_argument("--gpus", metavar="LIST",
                         help="GPU indices to judge on in parallel, e.g. 0,1 (default: GPU 0 alone)")
     parser.add_argument("--out", default="out")
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.gpus and device != "cuda":
-        parser.error("--gpus needs CUDA GPUs")
+        parser.error("--gpus needs CUDA GPUs, and this machine has none")
+    try:
+        args.gpus = tuple(parse_gpus(args.gpus, device) or ())  # the checks of `ratchet run --gpus`
+    except UsageError as exc:
+        parser.error(str(exc))
     samplers = [BusySampler(i) for i in (args.gpus or (0,))] if device == "cuda" else []
     for sampler in samplers:
         sampler.start()
@@ -136,11 +141,6 @@ def main():
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "loop_throughput.txt").write_text(text + "\n")
     print(text)
-
-
-def _gpu_list(text: str) -> tuple[int, ...]:
-    """``"0,1"`` -> (0, 1); argparse turns the ValueError into one usage line."""
-    return tuple(int(part) for part in text.split(","))
 
 
 if __name__ == "__main__":

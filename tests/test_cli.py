@@ -117,3 +117,19 @@ def test_help_on_every_command():
     for args in (("--help",), ("eval", "--help"), ("tasks", "--help")):
         proc = ratchet(*args)
         assert proc.returncode == 0 and "usage: ratchet" in proc.stdout
+
+
+def test_gpus_list_is_checked_before_a_run_starts(monkeypatch):
+    # `ratchet run --gpus`: indices the machine has, each once (one device lock per GPU: a GPU listed twice
+    # would time two evaluations at once on it), and only with --device cuda.
+    import torch
+
+    from ratchet.cli import UsageError, parse_gpus
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert parse_gpus("0,1", "cuda") == [0, 1]
+    assert parse_gpus(None, "cuda") is None
+    for text, message in (("0,0", "list each GPU once"), ("0,2", "this machine has 2 GPU(s)"),
+                          ("0,x", "is not a list of GPU indices"), ("0", "needs --device cuda")):
+        with pytest.raises(UsageError, match=message):
+            parse_gpus(text, "cpu" if message.startswith("needs") else "cuda")

@@ -252,6 +252,9 @@ def parse_gpus(text: str | None, device: str) -> list[int] | None:
     bad = [g for g in gpus if not 0 <= g < torch.cuda.device_count()]
     if not gpus or bad:
         raise UsageError(f"--gpus {text}: this machine has {torch.cuda.device_count()} GPU(s)")
+    if len(set(gpus)) != len(gpus):
+        # Each GPU's evaluations share one device lock; a GPU listed twice would time two at once.
+        raise UsageError(f"--gpus {text}: list each GPU once")
     return gpus
 
 
