@@ -129,7 +129,7 @@ def test_gpus_list_is_checked_before_a_run_starts(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert parse_gpus("0,1", "cuda") == [0, 1]
     assert parse_gpus(None, "cuda") is None
-    for text, message in (("0,0", "list each GPU once"), ("0,2", "this machine has 2 GPU(s)"),
+    for text, message in (("0,0", "list each GPU once"), ("0,2", r"this machine has 2 GPU\(s\)"),
                           ("0,x", "is not a list of GPU indices"), ("0", "needs --device cuda")):
         with pytest.raises(UsageError, match=message):
             parse_gpus(text, "cpu" if message.startswith("needs") else "cuda")
