@@ -136,24 +136,48 @@ def test_two_evaluations_never_check_beside_a_timing():
 
 
 def test_an_evaluation_reports_its_wait_for_the_gpu_and_its_own_cpu_time():
-    # The verdict's judge_host_s: seconds spent waiting for the device lock (here a timer holds it for the
-    # first 4 s; the evaluation's first call, which compiles, goes without it) and the judging thread's own
-    # CPU seconds, so a slow loop shows which it was.
+    # The verdict's judge_host_s: seconds spent waiting for the device lock (a timer holds it until 1 s
+    # after the evaluation first asks for it) and the judging thread's own CPU seconds, so a slow loop
+    # shows which it was; and the correctness phase by part.
     task = load_task(str(DATA / "tasks" / "axpby.py"))
     candidate = load_candidate(DATA / "candidates" / "axpby_honest.py")
-    lock = DeviceLock()
+
+    class AskedLock(DeviceLock):
+        def __init__(self):
+            super().__init__()
+            self.asked = threading.Event()
+
+        def shared(self):
+            self.asked.set()
+            return super().shared()
+
+    lock = AskedLock()
     thread, entered, release = _start(lock, "exclusive")
     entered.wait(5)
-    threading.Timer(4.0, release.set).start()
+    threading.Thread(target=lambda: lock.asked.wait(60) and (time.sleep(1.0), release.set()), daemon=True).start()
     verdict = evaluate(task, candidate, None, JudgeOptions(device="cpu", device_lock=lock))
     thread.join(5)
     assert verdict.verdict == "pass", verdict.reasons
     host = verdict.judge_host_s
-    assert 1.0 <= host["gpu_wait"] <= verdict.judge_wall_s
+    assert 0.9 <= host["gpu_wait"] <= verdict.judge_wall_s
     assert 0.0 < host["cpu"] <= verdict.judge_wall_s
     parts = host["first_call"] + host["calls"] + host["checks"]
     assert min(host["first_call"], host["calls"], host["checks"]) > 0.0
     assert parts <= verdict.phases_s["correctness"] + 0.01
-    assert host["calls"] + host["checks"] >= 1.0  # the lock wait lies inside those parts
+    assert host["calls"] + host["checks"] >= 0.9  # the lock wait lies inside those parts
     alone = evaluate(task, candidate, None, JudgeOptions(device="cpu"))
     assert alone.judge_host_s["gpu_wait"] == 0.0
+
+
+def test_each_correctness_step_holds_the_gpu_once():
+    # A step (a batch of the candidate's calls, then their checks) takes the shared lock once, not once for
+    # the calls and again for the checks: a waiting timer goes first at every acquisition, so each extra
+    # one can wait behind a whole timing shape. The first call runs unlocked (it compiles) and its checks
+    # take the lock; every shape here needs one more step for its second call (2 calls per shape).
+    task = load_task(str(DATA / "tasks" / "axpby.py"))
+    candidate = load_candidate(DATA / "candidates" / "axpby_honest.py")
+    lock = RecordingLock()
+    verdict = evaluate(task, candidate, None, JudgeOptions(device="cpu", device_lock=lock))
+    assert verdict.verdict == "pass", verdict.reasons
+    shared = [h for h in lock.holds if h[0] == "shared"]
+    assert len(shared) == len(verdict.shapes) + 1

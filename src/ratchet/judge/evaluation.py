@@ -192,18 +192,22 @@ class Evaluation:
                      "fingerprint_seed": self.rng.getrandbits(62),
                      "first_of_task": self.first_call, "profile": len(pairs) + i == profiled} for i in range(count)]
             budget = self.opts.limits.first_call_s if self.first_call else self.opts.limits.call_s * count
-            # The first call compiles on the CPU cores while another evaluation may be timing.
+            first, self.first_call = self.first_call, False
             asked = time.perf_counter()
-            part = "first_call" if self.first_call else "calls"
-            with contextlib.nullcontext() if self.first_call else self._gpu("shared"):
+            # The first call compiles on the CPU cores while another evaluation may be timing. After it,
+            # the calls and their checks share one hold of the GPU: a waiting timer goes first at every
+            # acquisition, and two per step could each wait behind a whole timing shape.
+            with contextlib.ExitStack() as held:
+                if not first:
+                    held.enter_context(self._gpu("shared"))
                 reply, _ = self.cand.ask({"op": "batch", "calls": subs, "shape": shape,
                                           "dtype": str(dtype).removeprefix("torch."), "poison": True,
                                           "flush": False, "guards": self.opts.guards},
                                          min(budget, max(1.0, self.deadline - time.perf_counter())))
-            self.first_call = False
-            checking = time.perf_counter()
-            self.correctness_parts[part] += checking - asked
-            with self._gpu("shared"):  # the references and comparisons run on the judge's GPU
+                checking = time.perf_counter()
+                self.correctness_parts["first_call" if first else "calls"] += checking - asked
+                if first:  # the references and comparisons run on the judge's GPU
+                    held.enter_context(self._gpu("shared"))
                 for sub, result in zip(subs, reply["results"]):
                     self._raise_on_error(result)
                     self._raise_on_flags(result, label)
