@@ -234,7 +234,7 @@ def test_seeds_at_edge_lengths(name, lengths):
     q, k, v, _ = _inputs(shape, seed=4)
     inputs = (q, k, v, torch.tensor(lengths, dtype=torch.int32))
     module = import_seed("decode_attention", name)
-    configs = [{}, {"SPLITS": 8, "BLOCK_L": 32}] if name == "triton_split_k" else [{}]
+    configs = [{}, {"SPLITS": 8, "BLOCK_L": 32}, {"SPLITS": -1}] if name == "triton_split_k" else [{}]
     for config in configs:
         _assert_matches(module.kernel(*inputs, **config), inputs)
 
@@ -355,3 +355,19 @@ def test_split_k_merges_many_pieces_in_blocks_with_a_partial_last_one():
     for lengths in ((400, 37), (208, 400)):
         inputs = (q, k, v, torch.tensor(lengths, dtype=torch.int32))
         _assert_matches(module.kernel(*inputs, SPLITS=13, BLOCK_L=16), inputs)
+
+
+def test_split_k_one_wave_rule_counts_programs_that_fit_an_sm():
+    # SPLITS = -1: pieces for one wave of the programs that fit an SM by shared memory. The Llama tile (16
+    # heads x 128, 64 positions, keys and values in two stages) is ~70 KB for sm_90: 3 per SM, 396 on 132
+    # SMs; B = 1 with 8 kv heads then takes 49 pieces (392 programs), where the default asks for 66 (528).
+    require_triton()
+    module = import_seed("decode_attention", "triton_split_k")
+    cpu = torch.device("cpu")  # no SM count to ask: an H100 / H200's 132
+    assert module._programs_per_sm(16, 128, 64, same_kv=False) == 3
+    assert module._programs_per_sm(16, 128, 32, same_kv=False) == 4  # at most _PROGRAMS_PER_SM
+    assert module._split_count(8, 32768, 64, cpu, -1, 4, per_sm=3) == 49
+    assert module._split_count(8, 32768, 64, cpu, 0, 4) == 66
+    assert module._split_count(8, 4096, 64, cpu, -1, 4, per_sm=3) == 16  # at least 4 blocks a piece
+    assert module._split_count(512, 4096, 64, cpu, -1, 4, per_sm=3) == 1  # a batch that fills the GPU
+    assert module._split_count(8, 32768, 64, cpu, 32, 4) == 32  # a number asked for is taken as it is

@@ -10,8 +10,10 @@ Pieces beyond a row's seq_lens do nothing and leave (m, s, acc) = (-inf, 0, 0): 
 in the merge (piece 0 is never empty, so m is finite). Lengths never leave the device (the split count
 comes from the padded L), so the kernel can be captured in a CUDA graph.
 SPLITS == 0 picks enough pieces for ~4 programs per SM, at least 4 blocks each (for 64-head wgmma tiles,
-which fill an SM alone: one wave of programs, at least 128 keys each); with one piece (large batches) the
-first kernel writes the normalized output itself and the merge is skipped.
+which fill an SM alone: one wave of programs, at least 128 keys each); SPLITS == -1 as many pieces as
+fill one wave of the programs that fit an SM by shared memory (a hypothesis from the H200's numbers, see
+_split_count); with one piece (large batches) the first kernel writes the normalized output itself and
+the merge is skipped.
 The head dim goes in two power-of-two parts (DeepSeek-V3's absorbed MLA: G = 128, D = 576 = 512 + 64), as
 in triton_gqa.py. A group of 64 heads or more (MLA) goes in 64-head blocks on 8 warps, the rows of Hopper's
 warpgroup MMA; and where the values are the keys' own memory (MLA's latent cache is passed as both), each
@@ -31,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-SPACE = {"SPLITS": [0, 8, 32], "BLOCK_L": [64, 32], "num_warps": [4, 8]}
+SPACE = {"SPLITS": [0, -1, 32], "BLOCK_L": [64, 32], "num_warps": [4, 8]}
 
 _PROGRAMS_PER_SM = 4
 _ACC_PER_THREAD = 72  # fp32 accumulator elements per thread (tiles())
@@ -40,6 +42,7 @@ _MAX_KEYS_TILE = 18432  # elements of a [BLOCK_L, head] key tile (tiles()): 32 p
 _MIN_BLOCKS_PER_SPLIT = 4
 _MIN_KEYS_PER_WGMMA_SPLIT = 128
 _DEFAULT_SMS = 132  # an H100 / H200; the interpreter has no SMs to ask about
+_SHARED_PER_SM = 232448  # bytes of shared memory an H100 / H200 block may use
 
 
 @functools.lru_cache(maxsize=None)
@@ -184,7 +187,7 @@ def _merge_splits(m_ptr, s_ptr, acc_ptr, out_ptr, stride_ob, stride_oh, Hq, D, S
              mask=d_ok)
 
 
-def _split_count(programs, L, block, device, requested, G=1, wgmma=False):
+def _split_count(programs, L, block, device, requested, G=1, wgmma=False, per_sm=_PROGRAMS_PER_SM):
     """Pieces of the context, for ``programs`` programs per piece (B x Hkv x head blocks).
 
     mma.sync tiles: enough pieces for _PROGRAMS_PER_SM programs per SM, each piece at least 4 G keys, so
@@ -194,14 +197,21 @@ def _split_count(programs, L, block, device, requested, G=1, wgmma=False):
     H200 (2026-11-30, session 6) the 4 G rule left DeepSeek's decode at B = 1, L = 1024 with 4 programs
     (2 pieces x 2 head blocks), 2.4% slower than eager attention over the whole step; compute there, not
     the workspace, is the cost.
+    requested == -1 (one wave): as many pieces as fill ``per_sm`` programs per SM exactly once, each at
+    least _MIN_BLOCKS_PER_SPLIT blocks. For sm_90 the Llama tile (BLOCK_L 64, D 128) takes 70 KB of shared
+    memory, so 3 programs fit an SM, not 4. At B = 1, L = 32768 on the H200 (session 4's landscape) the
+    default's 528 programs (1.33 waves of 396) took 57.8 us and 256 programs 50.6; one wave of 392 is
+    untried (docs/NOTES.md).
     """
     blocks = triton.cdiv(L, block)
-    if requested:
+    if requested > 0:
         return max(1, min(requested, blocks))
     sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device()) \
         if device.type == "cuda" else _DEFAULT_SMS
     if wgmma:
         return max(1, min(sms // programs, blocks // max(1, _MIN_KEYS_PER_WGMMA_SPLIT // block)))
+    if requested == -1:
+        return max(1, min(per_sm * sms // programs, blocks // _MIN_BLOCKS_PER_SPLIT))
     want = triton.cdiv(_PROGRAMS_PER_SM * sms, programs)
     min_blocks = max(_MIN_BLOCKS_PER_SPLIT, triton.cdiv(4 * G, block))
     return max(1, min(want, blocks // min_blocks))
@@ -237,6 +247,14 @@ def tiles(G, D, BLOCK_L, num_warps=4, same_kv=False):
     return block_g, block_da, block_db, block_l, triton.cdiv(G, block_g)
 
 
+def _programs_per_sm(block_g, width, block_l, same_kv):
+    """Programs of the partials kernel that fit an SM by shared memory (at most _PROGRAMS_PER_SM): two
+    stages of key (and value) tiles and the queries, all bf16. Compiled for sm_90, the Llama tile (16 x 128,
+    64 positions) took 71680 bytes against 69632 counted here."""
+    tile = 2 * block_l * width * 2 * (1 if same_kv else 2) + block_g * width * 2
+    return max(1, min(_PROGRAMS_PER_SM, _SHARED_PER_SM // tile))
+
+
 def _floor_pow2(n):
     return 1 << (max(1, n).bit_length() - 1)
 
@@ -268,7 +286,8 @@ def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4, WID
                and k_cache.stride() == v_cache.stride())
     block_g, block_da, block_db, block_l, head_blocks = tiles(G, D, BLOCK_L, num_warps, same_kv)
     splits = _split_count(B * Hkv * head_blocks, L, block_l, q.device, SPLITS, G,
-                          wgmma=block_g >= _WGMMA_ROWS and num_warps >= 8)
+                          wgmma=block_g >= _WGMMA_ROWS and num_warps >= 8,
+                          per_sm=_programs_per_sm(block_g, block_da + block_db, block_l, same_kv))
     chunk = triton.cdiv(triton.cdiv(L, splits), block_l) * block_l  # whole blocks per piece
     splits = triton.cdiv(L, chunk)  # no piece past L
     direct = splits == 1
