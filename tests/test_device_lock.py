@@ -154,7 +154,12 @@ def test_an_evaluation_reports_its_wait_for_the_gpu_and_its_own_cpu_time():
     lock = AskedLock()
     thread, entered, release = _start(lock, "exclusive")
     entered.wait(5)
-    threading.Thread(target=lambda: lock.asked.wait(60) and (time.sleep(1.0), release.set()), daemon=True).start()
+    def release_a_second_after_asked():
+        lock.asked.wait(60)
+        time.sleep(1.0)
+        release.set()
+
+    threading.Thread(target=release_a_second_after_asked, daemon=True).start()
     verdict = evaluate(task, candidate, None, JudgeOptions(device="cpu", device_lock=lock))
     thread.join(5)
     assert verdict.verdict == "pass", verdict.reasons
@@ -172,8 +177,9 @@ def test_an_evaluation_reports_its_wait_for_the_gpu_and_its_own_cpu_time():
 def test_each_correctness_step_holds_the_gpu_once():
     # A step (a batch of the candidate's calls, then their checks) takes the shared lock once, not once for
     # the calls and again for the checks: a waiting timer goes first at every acquisition, so each extra
-    # one can wait behind a whole timing shape. The first call runs unlocked (it compiles) and its checks
-    # take the lock; every shape here needs one more step for its second call (2 calls per shape).
+    # one can wait behind a whole timing shape. Each shape's 2 calls go in one step, but the first call of
+    # the evaluation goes alone (unlocked: it compiles; its checks take the lock), so the first shape
+    # takes two steps.
     task = load_task(str(DATA / "tasks" / "axpby.py"))
     candidate = load_candidate(DATA / "candidates" / "axpby_honest.py")
     lock = RecordingLock()
