@@ -287,7 +287,8 @@ def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4, WID
     block_g, block_da, block_db, block_l, head_blocks = tiles(G, D, BLOCK_L, num_warps, same_kv)
     splits = _split_count(B * Hkv * head_blocks, L, block_l, q.device, SPLITS, G,
                           wgmma=block_g >= _WGMMA_ROWS and num_warps >= 8,
-                          per_sm=_programs_per_sm(block_g, block_da + block_db, block_l, same_kv))
+                          per_sm=_programs_per_sm(block_g, block_da + block_db, block_l, same_kv)
+                          if SPLITS == -1 else _PROGRAMS_PER_SM)
     chunk = triton.cdiv(triton.cdiv(L, splits), block_l) * block_l  # whole blocks per piece
     splits = triton.cdiv(L, chunk)  # no piece past L
     direct = splits == 1
