@@ -10,7 +10,11 @@ saying what cannot be reached, not for claiming what can.
 Weights are counted from the workload itself (``ratchet.workloads.build``, parameters made on PyTorch's
 meta device: nothing is allocated) and the cache from its ``cache_shapes``. Routed experts touched by B
 tokens of top-k routing over E experts: E * (1 - (1 - k/E)^B) in expectation for uniform routing (each
-token picks k distinct experts), which is what the workloads' random router gives.
+token picks k distinct experts). That is an assumption, and for the deepseek workload too high: on the
+H200 (2026-11-30, session 7, `ratchet profile deepseek --batch 32 --context 32768`) its two MoE layers'
+grouped GEMMs took 5.90 ms, under the 6.7 ms this count's bytes need at the copy rate, so its random
+router touches fewer experts; at the MoE the floor here is an upper bound, and reference / floor a
+lower bound on what a stack could gain.
 
     python benchmarks/step_floor.py --workloads llama deepseek --contexts 8192 32768 --batch 32 \
         --copy-tbps 4.22 --e2e docs/measurements/2026-11-30-h200-session4/call{3,5}*/e2e/e2e_stack.json

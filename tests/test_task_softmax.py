@@ -14,7 +14,7 @@ TASK = load_task("softmax")
 SEEDS = Path(TASK.seeds_dir)
 # One vocabulary row (wider than every one-pass block), odd N, and many short rows.
 SHAPES = [{"M": 1, "N": 32000}, {"M": 3, "N": 20001}, {"M": 7, "N": 1000}, {"M": 33, "N": 257}]
-TRITON_SEEDS = ("triton_rowwise", "triton_online")
+TRITON_SEEDS = ("triton_rowwise", "triton_online", "triton_resident")
 
 
 def _import(name):
@@ -140,3 +140,21 @@ def test_forbidden_names_match_the_profiler():
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         _import("cpu_torch").kernel(x)
     assert not set(TASK.forbidden) & {e.name for e in prof.events()}  # the honest seed is not flagged
+
+
+@pytest.mark.parametrize("block_n", load_candidate(SEEDS / "triton_resident.py").space["BLOCK_N"])
+def test_resident_layout_keeps_a_split_row_resident(block_n):
+    # The resident seed's barrier waits for a row's other pieces: deadlock unless they run at once, which
+    # one program per SM guarantees. Every row is covered by whole blocks, and none is split when the
+    # interpreter runs programs one at a time.
+    layout = _import("triton_resident").layout
+    for M in (1, 3, 64, 132, 256, 4096):
+        for N in (17, 1000, 20001, 32000, 128256, 129280, 100003):
+            for sms in (8, 132):
+                block, pieces, slots = layout(M, N, block_n, sms, interpreted=False)
+                assert pieces * block >= N > (pieces - 1) * block
+                assert 1 <= slots <= M
+                if pieces > 1:
+                    assert slots * pieces <= sms and block <= block_n
+            assert layout(M, 128256, block_n, 132, interpreted=True)[1] == 1
+    assert layout(64, 128256, 16384, 132, interpreted=False) == (16384, 8, 16)

@@ -11,8 +11,8 @@ in the merge (piece 0 is never empty, so m is finite). Lengths never leave the d
 comes from the padded L), so the kernel can be captured in a CUDA graph.
 SPLITS == 0 picks enough pieces for ~4 programs per SM, at least 4 blocks each (for 64-head wgmma tiles,
 which fill an SM alone: one wave of programs, at least 128 keys each); SPLITS == -1 as many pieces as
-fill one wave of the programs that fit an SM by shared memory (a hypothesis from the H200's numbers, see
-_split_count); with one piece (large batches) the first kernel writes the normalized output itself and
+fill one wave of the programs that fit an SM by shared memory (measured in session 7: no better than 32
+pieces, see _split_count); with one piece (large batches) the first kernel writes the normalized output itself and
 the merge is skipped.
 The head dim goes in two power-of-two parts (DeepSeek-V3's absorbed MLA: G = 128, D = 576 = 512 + 64), as
 in triton_gqa.py. A group of 64 heads or more (MLA) goes in 64-head blocks on 8 warps, the rows of Hopper's
@@ -200,8 +200,9 @@ def _split_count(programs, L, block, device, requested, G=1, wgmma=False, per_sm
     requested == -1 (one wave): as many pieces as fill ``per_sm`` programs per SM exactly once, each at
     least _MIN_BLOCKS_PER_SPLIT blocks. For sm_90 the Llama tile (BLOCK_L 64, D 128) takes 70 KB of shared
     memory, so 3 programs fit an SM, not 4. At B = 1, L = 32768 on the H200 (session 4's landscape) the
-    default's 528 programs (1.33 waves of 396) took 57.8 us and 256 programs 50.6; one wave of 392 is
-    untried (docs/NOTES.md).
+    default's 528 programs (1.33 waves of 396) took 57.8 us and 256 programs 50.6. Session 7 measured the
+    one wave (392 programs): 52.7 us, against 51.3 for 32 pieces and 57.8 for the default in the same
+    call, and 144 / 141 / 164 us at L = 131072: filling the wave is not what 32 pieces gain.
     """
     blocks = triton.cdiv(L, block)
     if requested > 0:
