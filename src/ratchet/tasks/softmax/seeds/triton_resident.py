@@ -54,9 +54,9 @@ def _softmax_resident(x_ptr, out_ptr, m_ptr, s_ptr, arrived_ptr, stride_x, strid
         if PIECES > 1:
             tl.store(m_ptr + row64 * PIECES + piece, m_piece)
             tl.store(s_ptr + row64 * PIECES + piece, s_piece)
-            # Every thread's stores happen before the release (a CTA barrier first: on the H200 a row of
-            # one piece read its own partials back without one and got NaN, 2026-11-30); nothing reads
-            # the row's partials before the acquire that sees all PIECES arrivals.
+            # Every thread's stores happen before the release (a CTA barrier first: rows of one piece once
+            # read their own partials back with none between, the likely cause of NaN at 4096 x 1024 on
+            # the H200, 2026-11-30); nothing reads the partials before the acquire that sees all PIECES.
             tl.debug_barrier()
             tl.atomic_add(arrived_ptr + row64, 1, sem="release")
             arrived = tl.atomic_add(arrived_ptr + row64, 0, sem="acquire")
