@@ -95,7 +95,8 @@ class FakeLLM:
         self.default = default or {"text": "I have no further ideas."}
         self.usage = usage
         self.requests: list[dict] = []
-        self.lock = threading.Lock()
+        self.arrivals = 0  # requests that have arrived, counted before their answer
+        self.lock = threading.Condition()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -107,6 +108,8 @@ class FakeLLM:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with fake.lock:
                     item = fake.script.pop(0) if fake.script else fake.default
+                    fake.arrivals += 1
+                    fake.lock.notify_all()
                 time.sleep(item.get("delay", 0))
                 if "status" in item:
                     payload = {"error": {"message": "scripted failure", "type": "server_error"}}
@@ -257,8 +260,9 @@ def test_whole_llm_run_on_the_cpu(tmp_path, keys):
 
 # -- faster runs with a stand-in judge -------------------------------------------------------------------
 
-def stand_in_judge(loop, seconds=0.3):
-    """Judge by a speed written in the candidate (``# speed: 1.5``), after a short sleep."""
+def stand_in_judge(loop, seconds=0.3, while_judging=None):
+    """Judge by a speed written in the candidate (``# speed: 1.5``), after a short sleep. ``while_judging``
+    is called with the candidate's number (its speed's tenths: 1.3 is 3) before the verdict."""
     original = loop._judge
 
     def judge(proposal, options):
@@ -266,6 +270,8 @@ def stand_in_judge(loop, seconds=0.3):
             return original(proposal, options)
         time.sleep(seconds)
         match = re.search(r"# speed: ([0-9.]+)", proposal.candidate.source)
+        if while_judging and match:
+            while_judging(round((float(match.group(1)) - 1) * 10))
         if not match:
             return {"verdict": "error", "reasons": [{"code": "import_error", "detail": "stand-in"}],
                     "speedup": None, "shapes": [], "judge_wall_s": seconds}
@@ -285,7 +291,7 @@ def speed_file(speed: float, space: str = "") -> str:
 
 
 def run_with_stand_in(tmp_path, settings, script, seeds_speed=(1.0,), budget=None, ideas=(), usage=(1000, 500),
-                      gpu_like=False):
+                      gpu_like=False, while_judging=None):
     llm = FakeLLM(script, usage=usage)
     openai = settings.get("provider", "openai") == "openai"
     settings = LLMSettings(**{**settings, "base_url": llm.url + ("/v1" if openai else "")})
@@ -303,7 +309,7 @@ def run_with_stand_in(tmp_path, settings, script, seeds_speed=(1.0,), budget=Non
     # gpu_like: the loop's GPU pipeline (one evaluation judging, one more in flight); the stand-in judges.
     options = JudgeOptions(device="cuda", gpu_index=0) if gpu_like else JudgeOptions(device="cpu")
     loop = Loop(ledger, run_id, task, proposer, RunLimits(budget_attempts=budget), [options], candidates=seeds)
-    stand_in_judge(loop)
+    stand_in_judge(loop, while_judging=while_judging and (lambda number: while_judging(number, llm)))
     try:
         result = loop.run()
     finally:
@@ -358,15 +364,23 @@ def test_model_errors_never_crash_a_run(tmp_path, keys):
 @pytest.mark.parametrize("gpu_like", [False, True])
 def test_overlap_model_calls_run_while_the_judge_works(tmp_path, keys, gpu_like):
     script = [{"text": fenced(speed_file(1.0 + i / 10)), "delay": 0.4} for i in range(1, 5)]
+    # While candidate k is judged, the judge waits for the model request for candidate k+1 to arrive.
+    # Overlap means it arrives; a loop that asks the model only after judging would leave the judge
+    # waiting out its 10 s. An event, not wall-clock stamps, so a loaded CI machine cannot flip it.
+    arrived_while_judging = {}
+
+    def wait_for_next_request(candidate_number, llm):
+        with llm.lock:
+            arrived_while_judging[candidate_number] = llm.lock.wait_for(
+                lambda: llm.arrivals > candidate_number, timeout=10)
+
     result, ledger, run_id, llm, _ = run_with_stand_in(tmp_path, {"model": "m"}, script, budget=5,
-                                                       gpu_like=gpu_like)
+                                                       gpu_like=gpu_like, while_judging=wait_for_next_request)
     attempts = ledger.attempts(run_id)
     assert len(attempts) == 5 and result.stop_reason == "attempt budget spent"
     assert [a["verdict"] for a in attempts] == ["pass"] * 5
-    # Each answer (after the first) was requested before the previous candidate's attempt was recorded.
-    llm_attempts = [a for a in attempts if a["proposer"] == "llm"]
-    for request, previous in zip(llm.requests[1:], llm_attempts):
-        assert request["started"] < epoch(previous["created_at"])
+    # Candidates 1-3 (speeds 1.1-1.3) each overlapped the next request; the seed, 0, overlapped the first.
+    assert all(arrived_while_judging[k] for k in range(0, 4)), arrived_while_judging
 
 
 def test_a_resumed_proposer_restores_spend_candidates_and_numbering(tmp_path, keys):
