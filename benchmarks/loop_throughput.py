@@ -11,6 +11,7 @@ with one worker per GPU (`ratchet run --gpus`), the same run as on one GPU but j
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import threading
 import time
@@ -85,8 +86,9 @@ def judge_host(attempts: list[dict], wall_s: float) -> str:
         return sum(h.get(key, 0.0) for h in hosts) / len(hosts)
 
     return (f"judge threads' CPU {cpu:.1f} s = {100 * cpu / wall_s:.0f}% of one core over the run; per attempt "
-            f"waiting for the GPU {mean('gpu_wait'):.1f} s, correctness: first call {mean('first_call'):.1f} s, "
-            f"other calls {mean('calls'):.1f} s, checks {mean('checks'):.1f} s")
+            f"waiting for the GPU {mean('gpu_wait'):.1f} s, correctness: first call {mean('first_call'):.1f} s "
+            f"(its launch, compile included, {mean('first_launch'):.1f} s by the worker's clock, or "
+            f"{mean('first_profiled'):.1f} s where it ran under the profiler), other calls {mean('calls'):.1f} s, checks {mean('checks'):.1f} s")
 
 
 def timed_kernel_seconds(attempts: list[dict]) -> float:
@@ -126,6 +128,10 @@ def main():
         kernel_s = timed_kernel_seconds(recorded)
         wall = time.perf_counter() - t0
         host = judge_host(recorded, wall)
+        # Each attempt's phases and correctness parts, for what a mean hides (which attempts are slow).
+        per_attempt = [{"number": i + 1, "config": a.get("config"), "judge_wall_s": a.get("judge_wall_s"),
+                        "phases_s": (a.get("extra") or {}).get("phases_s"),
+                        "judge_host_s": (a.get("extra") or {}).get("judge_host_s")} for i, a in enumerate(recorded)]
     busy = []
     for sampler in samplers:
         sampler.stop.set()
@@ -140,6 +146,7 @@ def main():
             f"mean per attempt: {phases}; {host}; {calls}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "loop_throughput.txt").write_text(text + "\n")
+    (Path(args.out) / "attempts.json").write_text(json.dumps(per_attempt, indent=1) + "\n")
     print(text)
 
 

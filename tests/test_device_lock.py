@@ -170,6 +170,9 @@ def test_an_evaluation_reports_its_wait_for_the_gpu_and_its_own_cpu_time():
     assert min(host["first_call"], host["calls"], host["checks"]) > 0.0
     assert parts <= verdict.phases_s["correctness"] + 0.01
     assert host["calls"] + host["checks"] >= 0.9  # the lock wait lies inside those parts
+    # The worker's own clock around the first launch (profiled or not) lies inside the first call's round trip.
+    first = host["first_launch"] + host["first_profiled"]
+    assert 0.0 < first < host["first_call"] and 0.0 in (host["first_launch"], host["first_profiled"])
     alone = evaluate(task, candidate, None, JudgeOptions(device="cpu"))
     assert alone.judge_host_s["gpu_wait"] == 0.0
 

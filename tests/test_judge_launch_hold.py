@@ -5,6 +5,7 @@ The decision is tested here with scripted worker replies (the worker reports ``l
 CUDA); the GPU test runs a candidate whose host path really is slower than the hold.
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -134,4 +135,8 @@ def test_gpu_a_candidates_slow_host_path_is_timed_and_noted(tmp_path):
     # of the call does not run, as in a served model's graph, and the graph times rightly lack it.
     assert all(s.eager_median_us > 500 for s in public), [s.eager_median_us for s in public]
     assert any("candidate" in n and "outlasted the hold" in n for n in verdict.notes), verdict.notes
-    assert not any("x launch hold" in n for n in verdict.notes), verdict.notes
+    # The reference's own launches may outlast the hold on a busy host, and the shape is then timed again
+    # at a longer hold (on the H200, 2026-11-30, a 2x hold in some runs); never one that covers the
+    # candidate's 3 ms of host work, which would hide it.
+    scales = [int(m) for n in verdict.notes for m in re.findall(r"timed with a (\d+)x launch hold", n)]
+    assert all(scale * LAUNCH_HOLD_US < 3000 for scale in scales), verdict.notes

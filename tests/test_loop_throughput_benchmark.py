@@ -33,11 +33,14 @@ def test_judge_host_share_of_one_core_and_mean_gpu_wait():
     from loop_throughput import judge_host
 
     attempts = [{"extra": {"judge_host_s": {"cpu": 6.0, "gpu_wait": 1.0, "first_call": 2.0, "calls": 1.0,
+                                            "first_launch": 0.5, "first_profiled": 0.0,
                                             "checks": 0.5}}},
                 {"extra": {"judge_host_s": {"cpu": 3.0, "gpu_wait": 3.0, "first_call": 4.0, "calls": 3.0,
+                                            "first_launch": 0.0, "first_profiled": 3.0,
                                             "checks": 1.5}}},
                 {"extra": {}}]  # recorded before the judge reported it
     assert judge_host(attempts, 30.0) == (
         "judge threads' CPU 9.0 s = 30% of one core over the run; per attempt waiting for the GPU 2.0 s, "
-        "correctness: first call 3.0 s, other calls 2.0 s, checks 1.0 s")
+        "correctness: first call 3.0 s (its launch, compile included, 0.2 s by the worker's clock, or 1.5 s where "
+        "it ran under the profiler), other calls 2.0 s, checks 1.0 s")
     assert judge_host([{"extra": {}}], 30.0) == "-"

@@ -84,8 +84,12 @@ class Evaluation:
         self.call_costs = CallCosts()  # where the timed calls' wall time went, over all shapes
         self.gpu_wait_s = 0.0  # waiting for the device lock (another evaluation timing, or checking)
         # The correctness phase's wall time by part (waits for the device lock included): the first call
-        # (import, compile), the candidate's other calls, and the judge's own references and comparisons.
-        self.correctness_parts = {"first_call": 0.0, "calls": 0.0, "checks": 0.0}
+        # (import, compile), the candidate's other calls, and the judge's own references and comparisons;
+        # first_launch: the worker's own clock around the first call's launch (Triton's compile is in it),
+        # to tell a slow compile from a slow round trip (two GPUs: 12 s against 2.7, session 7);
+        # first_profiled instead when that call was the one run under the profiler (CUPTI starts in it).
+        self.correctness_parts = {"first_call": 0.0, "first_launch": 0.0, "first_profiled": 0.0, "calls": 0.0,
+                                  "checks": 0.0}
 
     # -- the whole evaluation --------------------------------------------------------------------
     def run(self) -> Verdict:
@@ -124,7 +128,8 @@ class Evaluation:
             verdict.speedup = weighted_geomean_speedup(verdict.shapes)
         verdict.judge_wall_s = round(time.perf_counter() - t0, 3)
         verdict.judge_host_s = {"cpu": round(time.thread_time() - cpu0, 3), "gpu_wait": round(self.gpu_wait_s, 3),
-                                **{part: round(s, 3) for part, s in self.correctness_parts.items()}}
+                                # microseconds: a CPU candidate's first launch can be well under 1 ms
+                                **{part: round(s, 6) for part, s in self.correctness_parts.items()}}
         return verdict
 
     def _start_workers(self):
@@ -206,6 +211,9 @@ class Evaluation:
                                          min(budget, max(1.0, self.deadline - time.perf_counter())))
                 checking = time.perf_counter()
                 self.correctness_parts["first_call" if first else "calls"] += checking - asked
+                if first and reply.get("results"):
+                    part = "first_profiled" if subs[0]["profile"] else "first_launch"
+                    self.correctness_parts[part] += reply["results"][0].get("host_us", {}).get("launch", 0.0) / 1e6
                 if first:  # the references and comparisons run on the judge's GPU
                     held.enter_context(self._gpu("shared"))
                 for sub, result in zip(subs, reply["results"]):

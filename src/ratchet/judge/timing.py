@@ -1,7 +1,7 @@
 """The one timing protocol (DESIGN.md, "Timing protocol"). TRUSTED: proposers never edit this file.
 
-GPU: CUDA events around the call, an L2 flush (a buffer twice the L2, written) and a persisting-L2
-reset before every timed call, a device-wide synchronize after it, inputs refilled in place with fresh
+GPU: CUDA events around the call, an L2 flush (a buffer twice the L2, written, then a second one read,
+so the L2 holds clean lines) and a persisting-L2 reset before every timed call, a device-wide synchronize after it, inputs refilled in place with fresh
 data before every call, adaptive repetitions until the relative standard error of the median is small
 or a time cap is hit. Microsecond kernels are also timed under CUDA-graph replay.
 CPU: ``perf_counter_ns`` around the call; CPU numbers say nothing about GPUs.
@@ -61,18 +61,29 @@ def _quantile(xs: list[float], q: float) -> float:
 
 class L2Flusher:
     """Evicts the L2 before each timed call by writing a buffer twice its size, and resets lines a
-    kernel may have marked persisting (cudaCtxResetPersistingL2Cache), so no call starts warm."""
+    kernel may have marked persisting (cudaCtxResetPersistingL2Cache), so no call starts warm.
+
+    Then it reads a second buffer of the same size. The write leaves the L2 full of dirty lines, and the
+    timed call paid for writing them back to DRAM: on the H200 (2026-11-30, benchmarks/flush_cost.py)
+    ~4 us of a 268 MB rmsnorm's 69.7 (6%), a copy of the same bytes reaching 4.04 TB/s against 4.28 once
+    the lines were clean. After the read the L2 holds clean lines that leave for free, and the call's
+    inputs are still not in it.
+    """
 
     def __init__(self, device: torch.device):
         props = torch.cuda.get_device_properties(device)
         l2 = int(getattr(props, "L2_cache_size", 0) or 64 * 2**20)
         self.buffer = torch.empty(2 * l2 // 4, dtype=torch.int32, device=device)
+        # Read as rows reduced into a small preallocated result: no allocation per call.
+        self.clean = torch.ones(1024, 2 * l2 // 4 // 1024, dtype=torch.int32, device=device)
+        self._sink = torch.empty(1024, dtype=torch.int32, device=device)
         self._reset = _cudart_function("cudaCtxResetPersistingL2Cache")
 
     def __call__(self):
         if self._reset is not None:
             self._reset()
         self.buffer.fill_(0x5A5A5A5A)
+        torch.amax(self.clean, dim=1, out=self._sink)
 
 
 def _cudart_function(name: str):

@@ -1,0 +1,151 @@
+"""Where one call of a candidate spends its GPU time: each kernel it launches, by torch.profiler (CUPTI).
+
+The judge times a call as a whole; this says which of its kernels the time is in (split-K's partials
+against its merge, a seed's main kernel against the copies around it) and how the kernels' sum compares
+with the call's own time under a CUDA graph, whose difference is the launches' gaps. It is a diagnostic,
+not a verdict: no checks, the candidate in this process. L2 is flushed before each call, as the judge
+does, by inverting a buffer twice its size (``bitwise_not``: a kernel no candidate of these tasks
+launches, so its launches are told apart and left out of the table).
+
+    python benchmarks/kernel_breakdown.py --task decode_attention \\
+        --seed-file src/ratchet/tasks/decode_attention/seeds/triton_split_k.py --where B=1 L=4096 \\
+        --config '{"SPLITS": 32}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from subset import parse_where, subset_task
+
+from ratchet.candidate import load_candidate
+from ratchet.task import load_task
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    name: str
+    launches_per_call: float
+    us_per_call: float
+
+
+def kernel_rows(events: list[tuple[str, float]], calls: int) -> list[KernelRow]:
+    """(kernel name, device µs) per launch over ``calls`` calls -> one row per name, the longest first."""
+    total: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    for name, us in events:
+        total[name] += us
+        count[name] += 1
+    rows = [KernelRow(name, count[name] / calls, total[name] / calls) for name in total]
+    return sorted(rows, key=lambda r: -r.us_per_call)
+
+
+def _short(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[:width - 3] + "..."
+
+
+_FLUSH_KERNEL = "bitwise_not"
+
+
+def l2_flusher():
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    buffer = torch.zeros(2 * int(getattr(props, "L2_cache_size", 0) or 64 * 2**20) // 4, dtype=torch.int32,
+                         device="cuda")
+    return buffer.bitwise_not_
+
+
+def _graph_us(fn, flush, replays: int = 50) -> float:
+    """Median µs of one call replayed from a CUDA graph after an L2 flush (launch gaps inside the call
+    included)."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        flush()
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    return sorted(times)[len(times) // 2]
+
+
+def breakdown(task_name: str, seed_file: Path, where: dict, config: dict, calls: int) -> str:
+    task = subset_task(load_task(task_name), "cuda", first_dtype=True, where=where)
+    candidate = load_candidate(seed_file)
+    spec = importlib.util.spec_from_file_location("ratchet_breakdown_candidate", seed_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = {**candidate.default_config(), **config}
+    dtype = task.dtypes[0]
+    lines = [f"{torch.cuda.get_device_name()}, {task.name} {seed_file.name} {json.dumps(config)}, {dtype}",
+             "| shape | kernel | launches per call | µs per call | share |", "|---|---|---|---|---|"]
+    flush = l2_flusher()
+    for shape in task.shape_set("cuda").public:
+        generator = torch.Generator(device="cuda").manual_seed(0)
+        inputs = task.make_inputs(shape, dtype, "cuda", generator)
+
+        def call():
+            return module.kernel(*inputs, **config)
+
+        for _ in range(3):  # compiles and warms up outside the profile
+            call()
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                flush()
+                call()
+            torch.cuda.synchronize()
+        events = [(e.name, e.device_time) for e in prof.events() if e.device_time > 0 and e.device_type ==
+                  torch.autograd.DeviceType.CUDA and _FLUSH_KERNEL not in e.name]
+        rows = kernel_rows(events, calls)
+        total = sum(r.us_per_call for r in rows) or 1.0
+        label = " ".join(f"{k}={v}" for k, v in shape.items())
+        for r in rows:
+            lines.append(f"| {label} | `{_short(r.name)}` | {r.launches_per_call:g} | {r.us_per_call:.2f} | "
+                         f"{100 * r.us_per_call / total:.0f}% |")
+        lines.append(f"| {label} | **sum of kernels** | | {total:.2f} | |")
+        lines.append(f"| {label} | **one call, CUDA graph** | | {_graph_us(call, flush):.2f} | |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--seed-file", type=Path, required=True)
+    parser.add_argument("--where", nargs="+", metavar="SIZE=N", help="only public shapes with these sizes")
+    parser.add_argument("--config", default="{}", help="JSON config over the seed's default")
+    parser.add_argument("--calls", type=int, default=20, help="profiled calls per shape")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("kernel_breakdown: needs a CUDA device", file=sys.stderr)
+        return 2
+    try:
+        where = parse_where(args.where)
+        config = json.loads(args.config)
+        if not isinstance(config, dict):
+            raise ValueError(f"--config wants a JSON object, got {args.config!r}")
+        print(breakdown(args.task, args.seed_file, where, config, args.calls))
+    except (ValueError, OSError) as exc:
+        print(f"kernel_breakdown: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

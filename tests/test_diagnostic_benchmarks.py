@@ -1,0 +1,31 @@
+"""benchmarks/kernel_breakdown.py and flush_cost.py: the per-kernel table and their refusals without a GPU
+(what they measure needs one)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+
+import flush_cost  # noqa: E402
+from kernel_breakdown import KernelRow, kernel_rows, main  # noqa: E402
+
+
+def test_rows_group_launches_by_kernel_per_call_longest_first():
+    events = [("partials", 10.0), ("merge", 2.0), ("partials", 12.0), ("merge", 3.0), ("memset", 0.5)]
+    assert kernel_rows(events, calls=2) == [KernelRow("partials", 1.0, 11.0), KernelRow("merge", 1.0, 2.5),
+                                            KernelRow("memset", 0.5, 0.25)]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
+def test_without_a_gpu_it_says_so_and_fails(capsys):
+    assert main(["--task", "rmsnorm", "--seed-file", "x.py"]) == 2
+    assert capsys.readouterr().err.strip() == "kernel_breakdown: needs a CUDA device"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
+def test_flush_cost_without_a_gpu_says_so_and_fails(capsys):
+    assert flush_cost.main([]) == 2
+    assert capsys.readouterr().err.strip() == "flush_cost: needs a CUDA device"
