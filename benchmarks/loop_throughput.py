@@ -11,7 +11,9 @@ with one worker per GPU (`ratchet run --gpus`), the same run as on one GPU but j
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import tempfile
 import threading
 import time
@@ -23,6 +25,28 @@ from rich.console import Console
 from ratchet.cli import UsageError, parse_gpus
 from ratchet.ledger import Ledger
 from ratchet.run_command import RunRequest, start_or_resume
+
+
+# Where Triton and torch's cpp_extension keep their builds; the judge's workers inherit the environment.
+BUILD_CACHES = ("TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR")
+
+
+@contextlib.contextmanager
+def fresh_build_caches(root: Path):
+    """Empty Triton and CUDA C++ build caches under ``root`` for the run, the environment restored after.
+    Two runs in one call otherwise compare a cold first run with a warm second one: in session 8 a CUDA
+    config's first call took 17-27 s on two GPUs (its nvcc build) and 0.5 s on one GPU right after."""
+    saved = {name: os.environ.get(name) for name in BUILD_CACHES}
+    try:
+        for name in BUILD_CACHES:
+            os.environ[name] = str(root / name.lower())
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 class BusySampler(threading.Thread):
@@ -106,6 +130,9 @@ def main():
     parser.add_argument("--budget", type=int, default=12)
     parser.add_argument("--gpus", metavar="LIST",
                         help="GPU indices to judge on in parallel, e.g. 0,1 (default: GPU 0 alone)")
+    parser.add_argument("--warm-caches", action="store_true",
+                        help="use this machine's Triton and CUDA C++ build caches (default: empty ones for the run, "
+                             "so builds are counted the same in every run)")
     parser.add_argument("--out", default="out")
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -119,7 +146,8 @@ def main():
     for sampler in samplers:
         sampler.start()
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp, Ledger(Path(tmp) / "ledger.sqlite") as ledger:
+    with tempfile.TemporaryDirectory() as tmp, Ledger(Path(tmp) / "ledger.sqlite") as ledger, \
+            (contextlib.nullcontext() if args.warm_caches else fresh_build_caches(Path(tmp))):
         start_or_resume(ledger, RunRequest(task=args.task, budget=args.budget, device=device, gpus=args.gpus),
                         Console(stderr=True))
         attempts = ledger.list_runs()[0]["attempts"]
@@ -143,7 +171,8 @@ def main():
             f"{60 * attempts / wall:.1f} candidates/min; GPU busy {' / '.join(busy) or '-'} "
             f"(NVML: any kernel running, the launch holds included), timed kernels {100 * kernel_s / wall:.2f}% "
             "of the wall; "
-            f"mean per attempt: {phases}; {host}; {calls}")
+            f"mean per attempt: {phases}; {host}; {calls}; build caches "
+            f"{'of this machine' if args.warm_caches else 'empty at the start'}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "loop_throughput.txt").write_text(text + "\n")
     (Path(args.out) / "attempts.json").write_text(json.dumps(per_attempt, indent=1) + "\n")

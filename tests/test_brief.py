@@ -99,6 +99,8 @@ def test_brief_holds_what_an_agent_needs(tmp_path, rmsnorm):
     # Rules: forbidden ops and every refusal code with its one-line reason, from verdict.py.
     rules = parts["Rules"]
     assert "`aten::rms_norm`, `aten::_fused_rms_norm`" in rules and "CONSTRAINTS" in rules
+    # Compiled candidates learn what a config costs them: a define is a build of its own.
+    assert "`ratchet.cuda_build.load_cached`" in rules and "as a define is a build of its own" in rules
     for code, why in {**FAIL_CODES, **ERROR_CODES}.items():
         assert f"- `{code}`: {why}" in rules
 

@@ -1,5 +1,6 @@
 """benchmarks/loop_throughput.py's summaries of a run's attempts (the GPU measurement itself is a benchmark)."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -44,3 +45,14 @@ def test_judge_host_share_of_one_core_and_mean_gpu_wait():
         "correctness: first call 3.0 s (its launch, compile included, 0.2 s by the worker's clock, or 1.5 s where "
         "it ran under the profiler), other calls 2.0 s, checks 1.0 s")
     assert judge_host([{"extra": {}}], 30.0) == "-"
+
+
+def test_fresh_build_caches_point_the_workers_elsewhere_and_restore_after(tmp_path, monkeypatch):
+    from loop_throughput import fresh_build_caches
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/somewhere/triton")
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    with fresh_build_caches(tmp_path):
+        assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton_cache_dir")
+        assert os.environ["TORCH_EXTENSIONS_DIR"] == str(tmp_path / "torch_extensions_dir")
+    assert os.environ["TRITON_CACHE_DIR"] == "/somewhere/triton" and "TORCH_EXTENSIONS_DIR" not in os.environ

@@ -766,6 +766,10 @@ def _rules(f: _Facts, full: bool) -> str:
                   "in a worker subprocess on fresh random inputs for every call, on public and held-out shapes, in "
                   "every dtype; it must not change its inputs, leave work running (threads, processes, other "
                   "streams), switch precision flags (TF32), or reach into the harness.",
+                  "- CUDA C++: build it inside `kernel` with `ratchet.cuda_build.load_cached` (one build per source "
+                  "and `-D` defines, reused by later calls and evaluations). Every SPACE value passed as a define "
+                  "is a build of its own, compiled in the config's first call (17-27 s on the H200's host with "
+                  "other evaluations running); pass what can be a runtime argument (block size, a flag) as one.",
                   "- Verdicts: `pass`; `fail` (wrong or cheating, with the codes below); `error` (could not be "
                   "judged). A pass is kept only if faster than the best beyond noise and slower on no shape."]
     forbidden = ", ".join(f"`{op}`" for op in t.forbidden)
