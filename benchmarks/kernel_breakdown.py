@@ -3,9 +3,11 @@
 The judge times a call as a whole; this says which of its kernels the time is in (split-K's partials
 against its merge, a seed's main kernel against the copies around it) and how the kernels' sum compares
 with the call's own time under a CUDA graph, whose difference is the launches' gaps. It is a diagnostic,
-not a verdict: no checks, the candidate in this process. L2 is flushed before each call, as the judge
-does, by inverting a buffer twice its size (``bitwise_not``: a kernel no candidate of these tasks
-launches, so its launches are told apart and left out of the table).
+not a verdict: no checks, the candidate in this process. L2 is flushed before each call by inverting a
+buffer twice its size (``bitwise_not``: a kernel no candidate of these tasks launches, so its launches
+are told apart and left out of the table). That is the judge's flush before session 8, without its
+second, read-only pass: the first kernel to touch memory pays the write-back of the flush's dirty lines
+(3-5 µs on the H200, benchmarks/flush_cost.py), so read the shares and the gaps, not the absolute times.
 
     python benchmarks/kernel_breakdown.py --task decode_attention \\
         --seed-file src/ratchet/tasks/decode_attention/seeds/triton_split_k.py --where B=1 L=4096 \\

@@ -1,9 +1,9 @@
 """The one timing protocol (DESIGN.md, "Timing protocol"). TRUSTED: proposers never edit this file.
 
 GPU: CUDA events around the call, an L2 flush (a buffer twice the L2, written, then a second one read,
-so the L2 holds clean lines) and a persisting-L2 reset before every timed call, a device-wide synchronize after it, inputs refilled in place with fresh
-data before every call, adaptive repetitions until the relative standard error of the median is small
-or a time cap is hit. Microsecond kernels are also timed under CUDA-graph replay.
+so the L2 holds clean lines) and a persisting-L2 reset before every timed call, a device-wide synchronize
+after it, inputs refilled in place with fresh data before every call, adaptive repetitions until the
+relative standard error of the median is small or a time cap is hit. Microsecond kernels are also timed under CUDA-graph replay.
 CPU: ``perf_counter_ns`` around the call; CPU numbers say nothing about GPUs.
 """
 
@@ -65,7 +65,7 @@ class L2Flusher:
 
     Then it reads a second buffer of the same size. The write leaves the L2 full of dirty lines, and the
     timed call paid for writing them back to DRAM: on the H200 (2026-11-30, benchmarks/flush_cost.py)
-    ~4 us of a 268 MB rmsnorm's 69.7 (6%), a copy of the same bytes reaching 4.04 TB/s against 4.28 once
+    4.7 us of a 268 MB rmsnorm's 69.6 (7%), a copy of the same bytes reaching 4.03 TB/s against 4.23 once
     the lines were clean. After the read the L2 holds clean lines that leave for free, and the call's
     inputs are still not in it.
     """
