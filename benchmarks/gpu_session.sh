@@ -42,6 +42,26 @@ run_landscapes() {
   timeout $(( deadline - $(date +%s) )) python benchmarks/search_efficiency.py --shapes 4 --seed-files $seeds \
     --out "$OUT/search" >> "$OUT/landscapes.log" 2>&1
 }
+run_goals() {
+  local deadline=$(( $(date +%s) + ${GOALS_S:-540} )) S=src/ratchet/tasks
+  mkdir -p "$OUT/goals"
+  goal() {  # name, then eval_seeds arguments
+    local name=$1 left; shift
+    left=$(( deadline - $(date +%s) )); [ "$left" -lt 30 ] && { echo "== goals: no time left for $name"; return; }
+    timeout "$left" python benchmarks/eval_seeds.py --first-dtype --repeats 1 --out "$OUT/goals/$name" "$@" \
+      > "$OUT/goals/$name.log" 2>&1
+  }
+  goal decode_attention --tasks decode_attention --seeds split_k --where B=1 Hq=32 Hkv=8
+  goal top_p --tasks top_p_sampling --seeds split_row --where B=64
+  goal moe_route --tasks moe_route --seeds fused --where T=64
+  timeout $(( deadline - $(date +%s) )) python benchmarks/suite.py --tasks softmax --shapes 3 --peers best \
+    --best softmax=$S/softmax/seeds/triton_resident.py --graph-below 100 --out "$OUT/goals/softmax" \
+    > "$OUT/goals/softmax.log" 2>&1
+  rm -f "$OUT/goals/softmax/suite.csv"
+  for f in "$OUT"/goals/*/eval_seeds.md "$OUT/goals/softmax/suite.md"; do
+    [ -f "$f" ] && grep -E "^\| (decode_attention|top_p|moe_route|softmax) " "$f"
+  done
+}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv | tee "$OUT/smi.txt"
 for stage in $STAGES; do
   t0=$(date +%s)
@@ -76,6 +96,10 @@ for stage in $STAGES; do
     largest) timeout "${LARGEST_S:-540}" python benchmarks/suite.py --tasks rmsnorm add_rmsnorm silu_mul \
              --largest "${LARGEST_N:-2}" --peers torch_compile liger --time-budget $(( ${LARGEST_S:-540} - 40 )) \
              --out "$OUT/largest" ${LARGEST_ARGS:-} > "$OUT/largest.log" 2>&1 ;;
+    # Issue 5's goal rows that are not largest shapes, each seed that carries the row's idea at its default:
+    # split-K at B=1 (8 and 35 us), the resident softmax under a graph (20), split-row top-p at B=64 (45),
+    # the fused moe_route at T=64 (15). One table each under $OUT/goals/.
+    goals) run_goals ;;
     e2e) timeout "${E2E_S:-560}" python benchmarks/e2e_stack.py --run-task decode_attention --budget "${E2E_BUDGET:-6}" \
              --workloads llama deepseek --contexts 8192 32768 --out "$OUT/e2e" ${E2E_ARGS:-} > "$OUT/e2e.log" 2>&1 ;;
     # Gates and stack rows for runs already in a ledger (E2E_LEDGER, carried in the tree; E2E_RUNS): the
