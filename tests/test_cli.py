@@ -1,6 +1,7 @@
 """`ratchet eval` and `ratchet tasks` as a user runs them: JSON schema, exit codes, one-line errors."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,8 @@ def test_eval_table_says_where_the_judge_time_went():
     assert proc.returncode == 0, proc.stderr
     wall = [line for line in proc.stdout.splitlines() if "judge wall time" in line][0]
     assert "start" in wall and "correctness" in wall and "timing" in wall
+    text = " ".join(proc.stdout.split())  # Rich wraps the line
+    assert re.search(r"first call [0-9.]+ s \(its launch [0-9.]+ s(, under the profiler)?\)", text), text
     calls = [line for line in proc.stdout.splitlines() if "timed calls, mean us per call" in line]
     assert len(calls) == 1 and int(calls[0].split()[0]) > 0
     assert all(part in calls[0] for part in ("inputs", "prepare", "launch", "sync", "checks", "round_trip", "kernel"))

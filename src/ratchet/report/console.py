@@ -48,7 +48,11 @@ def print_verdict(verdict: Verdict, console: Console | None = None, counters: di
     phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in verdict.phases_s.items())
     host = verdict.judge_host_s
     if host:
-        phases += (f"; correctness: first call {host['first_call']:.1f} s, other calls {host['calls']:.1f} s, "
+        # The first call's launch by the worker's clock (a compile is in it): ledgers from before it lack it.
+        launch = host.get("first_launch", 0.0) + host.get("first_profiled", 0.0)
+        profiled = ", under the profiler" if host.get("first_profiled") else ""
+        phases += (f"; correctness: first call {host['first_call']:.1f} s (its launch {launch:.1f} s{profiled}), "
+                   f"other calls {host['calls']:.1f} s, "
                    f"checks {host['checks']:.1f} s; judge thread CPU {host['cpu']:.1f} s, "
                    f"waiting for the GPU {host['gpu_wait']:.1f} s")
     console.print(f"  judge wall time {verdict.judge_wall_s:.1f} s" + (f" ({phases})" if phases else ""))
