@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--out", type=Path, help="also write the table here")
     args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error(f"--reps wants 1 or more, got {args.reps}")
     if not torch.cuda.is_available():
         print("flush_cost: needs a CUDA device", file=sys.stderr)
         return 2

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 from subset import parse_where, subset_task
 
-from ratchet.candidate import load_candidate
-from ratchet.task import load_task
+from ratchet.candidate import CandidateError, load_candidate
+from ratchet.task import Task, TaskError, load_task
 
 
 @dataclass(frozen=True)
@@ -86,13 +86,10 @@ def _graph_us(fn, flush, replays: int = 50) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def breakdown(task_name: str, seed_file: Path, where: dict, config: dict, calls: int) -> str:
-    task = subset_task(load_task(task_name), "cuda", first_dtype=True, where=where)
-    candidate = load_candidate(seed_file)
+def breakdown(task: Task, seed_file: Path, config: dict, calls: int) -> str:
     spec = importlib.util.spec_from_file_location("ratchet_breakdown_candidate", seed_file)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    config = {**candidate.default_config(), **config}
     dtype = task.dtypes[0]
     lines = [f"{torch.cuda.get_device_name()}, {task.name} {seed_file.name} {json.dumps(config)}, {dtype}",
              "| shape | kernel | launches per call | µs per call | share |", "|---|---|---|---|---|"]
@@ -134,18 +131,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default="{}", help="JSON config over the seed's default")
     parser.add_argument("--calls", type=int, default=20, help="profiled calls per shape")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("kernel_breakdown: needs a CUDA device", file=sys.stderr)
-        return 2
-    try:
-        where = parse_where(args.where)
+    try:  # the arguments first, so a wrong one is said on any machine
+        task = subset_task(load_task(args.task), "cuda", first_dtype=True, where=parse_where(args.where))
         config = json.loads(args.config)
         if not isinstance(config, dict):
             raise ValueError(f"--config wants a JSON object, got {args.config!r}")
-        print(breakdown(args.task, args.seed_file, where, config, args.calls))
-    except (ValueError, OSError) as exc:
+        config = load_candidate(args.seed_file).resolve_config(config)  # the judge's rules for a config
+    except (ValueError, OSError, TaskError, CandidateError) as exc:
         print(f"kernel_breakdown: {exc}", file=sys.stderr)
         return 2
+    if not torch.cuda.is_available():
+        print("kernel_breakdown: needs a CUDA device", file=sys.stderr)
+        return 2
+    print(breakdown(task, args.seed_file, config, args.calls))
     return 0
 
 

@@ -112,7 +112,8 @@ def judge_host(attempts: list[dict], wall_s: float) -> str:
     return (f"judge threads' CPU {cpu:.1f} s = {100 * cpu / wall_s:.0f}% of one core over the run; per attempt "
             f"waiting for the GPU {mean('gpu_wait'):.1f} s, correctness: first call {mean('first_call'):.1f} s "
             f"(its launch, compile included, {mean('first_launch'):.1f} s by the worker's clock, or "
-            f"{mean('first_profiled'):.1f} s where it ran under the profiler), other calls {mean('calls'):.1f} s, checks {mean('checks'):.1f} s")
+            f"{mean('first_profiled'):.1f} s where it ran under the profiler), other calls {mean('calls'):.1f} s, "
+            f"checks {mean('checks'):.1f} s")
 
 
 def timed_kernel_seconds(attempts: list[dict]) -> float:

@@ -19,10 +19,26 @@ def test_rows_group_launches_by_kernel_per_call_longest_first():
                                             KernelRow("memset", 0.5, 0.25)]
 
 
+ROWWISE = str(Path(__file__).parent.parent / "src/ratchet/tasks/rmsnorm/seeds/triton_rowwise.py")
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
 def test_without_a_gpu_it_says_so_and_fails(capsys):
-    assert main(["--task", "rmsnorm", "--seed-file", "x.py"]) == 2
+    assert main(["--task", "rmsnorm", "--seed-file", ROWWISE]) == 2
     assert capsys.readouterr().err.strip() == "kernel_breakdown: needs a CUDA device"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--task", "nope", "--seed-file", ROWWISE], "unknown task 'nope'"),
+    (["--task", "rmsnorm", "--seed-file", "/no/such.py"], "candidate file not found: /no/such.py"),
+    (["--task", "rmsnorm", "--seed-file", ROWWISE, "--config", '{"X": 1}'], "config key 'X' is not in"),
+    (["--task", "rmsnorm", "--seed-file", ROWWISE, "--config", "[1]"], "--config wants a JSON object"),
+    (["--task", "rmsnorm", "--seed-file", ROWWISE, "--where", "T=7"], "no public gpu shape has {'T': 7}"),
+])
+def test_wrong_arguments_get_one_line_and_exit_2_on_any_machine(args, says, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kernel_breakdown: ") and says in err and err.count("\n") == 1
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")

@@ -106,7 +106,8 @@ class Verdict:
     phases_s: dict[str, float] = field(default_factory=dict)  # start, correctness, timing
     # Where a slow evaluation's time went: the judging thread's own CPU seconds ("cpu"; the loop judges in
     # threads of one process, which share one interpreter lock), its seconds waiting for the device lock
-    # ("gpu_wait"), and the correctness phase's wall time by part ("first_call", "calls", "checks").
+    # ("gpu_wait"), the correctness phase's wall time by part ("first_call", "calls", "checks"), and the
+    # first call's launch by the worker's clock ("first_launch", or "first_profiled" under the profiler).
     judge_host_s: dict[str, float] = field(default_factory=dict)
     # The timed calls: how many, and the mean host us per call of each part (judge.timing.CallCosts)
     timed_calls: dict[str, Any] = field(default_factory=dict)
