@@ -67,7 +67,7 @@ def test_every_triton_config_is_correct_on_an_odd_shape(triton_seed):
     name, module = triton_seed
     inputs = _inputs({"M": 3, "N": 20001}, torch.bfloat16, seed=2)
     configs = load_candidate(SEEDS / f"{name}.py").all_configs()
-    assert 1 < len(configs) <= 18
+    assert 1 < len(configs) <= 24  # a bound on this test's time under the interpreter
     for config in configs:
         _assert_matches(module.kernel(*inputs, **config), inputs, torch.bfloat16)
 
