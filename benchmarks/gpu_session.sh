@@ -52,10 +52,11 @@ run_goals() {
       > "$OUT/goals/$name.log" 2>&1
   }
   goal decode_attention --tasks decode_attention --seeds split_k --where B=1 Hq=32 Hkv=8
-  goal top_p --tasks top_p_sampling --seeds split_row --where B=64
+  # top-p at the best config of session 9's landscape at B=64 (136 us there; the default 151)
+  goal top_p --tasks top_p_sampling --seeds split_row --where B=64 --config '{"BLOCK":256,"PROGRAMS":2048,"num_warps":4}'
   goal moe_route --tasks moe_route --seeds fused --where T=64
   timeout $(( deadline - $(date +%s) )) python benchmarks/suite.py --tasks softmax --shapes 3 --peers best \
-    --best softmax=$S/softmax/seeds/triton_resident.py --graph-below 100 --out "$OUT/goals/softmax" \
+    --best softmax=$S/softmax/seeds/triton_online.py --graph-below 100 --out "$OUT/goals/softmax" \
     > "$OUT/goals/softmax.log" 2>&1
   rm -f "$OUT/goals/softmax/suite.csv"
   for f in "$OUT"/goals/*/eval_seeds.md "$OUT/goals/softmax/suite.md"; do
@@ -96,8 +97,9 @@ for stage in $STAGES; do
     largest) timeout "${LARGEST_S:-540}" python benchmarks/suite.py --tasks rmsnorm add_rmsnorm silu_mul \
              --largest "${LARGEST_N:-2}" --peers torch_compile liger --time-budget $(( ${LARGEST_S:-540} - 40 )) \
              --out "$OUT/largest" ${LARGEST_ARGS:-} > "$OUT/largest.log" 2>&1 ;;
-    # Issue 5's goal rows that are not largest shapes, each seed that carries the row's idea at its default:
-    # split-K at B=1 (8 and 35 us), the resident softmax under a graph (20), split-row top-p at B=64 (45),
+    # Issue 5's goal rows that are not largest shapes, each seed that carries the row's idea (top-p at a config):
+    # split-K at B=1 (8 and 35 us), the online softmax (cache hints since session 9) under a graph (20),
+    # split-row top-p at B=64 (45),
     # the fused moe_route at T=64 (15). One table each under $OUT/goals/.
     goals) run_goals ;;
     e2e) timeout "${E2E_S:-560}" python benchmarks/e2e_stack.py --run-task decode_attention --budget "${E2E_BUDGET:-6}" \

@@ -21,6 +21,7 @@ recorded for that config.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -92,7 +93,15 @@ def table_candidate(table: dict) -> Candidate:
     if table.get("space"):  # synthetic tables carry their SPACE
         return Candidate(path="synthetic", source="", space={k: tuple(v) for k, v in table["space"].items()},
                          constraints=tuple(table.get("constraints", ())))
-    return load_candidate(ROOT / table["seed_file"])
+    candidate = load_candidate(ROOT / table["seed_file"])
+    # The seed's SPACE may have grown since the table was measured (softmax's PROGRAMS gained 512 and
+    # rmsnorm a HINTS key in session 9): replay over the keys and values the table holds, in the seed's
+    # order, so every proposal has a row.
+    measured = {key: {json.dumps(r["config"][key]) for r in table["rows"] if key in r["config"]}
+                for key in candidate.space}
+    space = {key: tuple(v for v in values if json.dumps(v) in measured[key])
+             for key, values in candidate.space.items() if measured[key]}
+    return dataclasses.replace(candidate, space=space)
 
 
 def trial_seconds(row: dict, judge_s: float | None) -> float:

@@ -49,3 +49,18 @@ def test_pooled_reference_ranks_configs_by_their_own_times():
     # A full-judge table (no per-shape times) is returned unchanged.
     bare = {"task": "axpby", "rows": [{"config": {}, "verdict": "pass", "speedup": 2.0}]}
     assert pooled_reference(bare) is bare
+
+
+def test_replay_searches_only_what_an_older_table_measured():
+    # A table measured before the seed's SPACE grew (a new value, a new key) replays over the table's own
+    # keys and values, in the seed's order, so no proposal lacks a row.
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from search_efficiency import replay, table_candidate
+
+    seed = str(ROOT / "tests" / "data" / "candidates" / "axpby_tunable.py")
+    rows = [{"config": {"CHUNK": c}, "verdict": "pass", "speedup": s, "judge_s": 1.0}
+            for c, s in ((256, 2.0), (0, 1.0))]
+    table = {"task": "axpby", "seed_file": seed, "rows": rows}
+    assert dict(table_candidate(table).space) == {"CHUNK": (0, 256)}
+    trials, seconds = replay(table, "grid", 0)
+    assert (trials, seconds) == (2, 2.0)  # grid in the seed's order: CHUNK 0, then 256 (the best)

@@ -82,7 +82,7 @@ def test_every_triton_config_is_correct_for_odd_h(triton_seed, H):
     # T = 9 rows: more than the persistent seed's interpreter grid at 2 programs per SM, so loops run.
     inputs = _inputs({"T": 9, "H": H}, torch.bfloat16, seed=2)
     configs = load_candidate(SEEDS / f"{name}.py").all_configs()
-    assert 1 < len(configs) <= 12
+    assert 1 < len(configs) <= 32  # a bound on this test's time under the interpreter
     for config in configs:
         _assert_matches(module.kernel(*inputs, **config), inputs, torch.bfloat16)
 
