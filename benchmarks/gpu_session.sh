@@ -97,10 +97,9 @@ for stage in $STAGES; do
     largest) timeout "${LARGEST_S:-540}" python benchmarks/suite.py --tasks rmsnorm add_rmsnorm silu_mul \
              --largest "${LARGEST_N:-2}" --peers torch_compile liger --time-budget $(( ${LARGEST_S:-540} - 40 )) \
              --out "$OUT/largest" ${LARGEST_ARGS:-} > "$OUT/largest.log" 2>&1 ;;
-    # Issue 5's goal rows that are not largest shapes, each seed that carries the row's idea (top-p at a config):
-    # split-K at B=1 (8 and 35 us), the online softmax (cache hints since session 9) under a graph (20),
-    # split-row top-p at B=64 (45),
-    # the fused moe_route at T=64 (15). One table each under $OUT/goals/.
+    # Issue 5's goal rows that are not largest shapes, each seed that carries the row's idea: split-K at
+    # B=1 (8 and 35 us), the online softmax under a graph (20), split-row top-p at B=64 (45; at the best
+    # config of its landscape), the fused moe_route at T=64 (15). One table each under $OUT/goals/.
     goals) run_goals ;;
     e2e) timeout "${E2E_S:-560}" python benchmarks/e2e_stack.py --run-task decode_attention --budget "${E2E_BUDGET:-6}" \
              --workloads llama deepseek --contexts 8192 32768 --out "$OUT/e2e" ${E2E_ARGS:-} > "$OUT/e2e.log" 2>&1 ;;
