@@ -12,5 +12,6 @@ _TOP_P = load_task("top_p_sampling")
 TASK = dataclasses.replace(
     _TOP_P,
     name="top_p_b64",
-    gpu=ShapeSet(public=[{"B": 64, "V": 129280}], held_out=ShapeRange(dims={"B": (48, 80), "V": [129280]}, count=1)),
+    gpu=ShapeSet(public=[{"B": 64, "V": 129280}],
+                 held_out=ShapeRange(dims={"B": (48, 80), "V": [129280]}, count=1)),
 )

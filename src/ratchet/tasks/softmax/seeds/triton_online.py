@@ -43,7 +43,8 @@ def _online_partials(x_ptr, m_ptr, s_ptr, stride_x, N, CHUNK, SPLIT,
     for start in range(lo, tl.minimum(lo + CHUNK, N), BLOCK):
         mask = start + cols < N
         # evict_last: pass 2 reads this piece again, and should find it in L2
-        x = tl.load(x_row + start + cols, mask=mask, other=-float("inf"), eviction_policy="evict_last").to(tl.float32)
+        x = tl.load(x_row + start + cols, mask=mask, other=-float("inf"),
+                    eviction_policy="evict_last").to(tl.float32)
         m_new = tl.maximum(m, x)
         s = s * tl.exp(m - m_new) + tl.exp(x - m_new)
         m = m_new
@@ -70,7 +71,8 @@ def _combine_and_write(x_ptr, out_ptr, m_ptr, s_ptr, stride_x, stride_out, N, CH
     lo = piece * CHUNK
     for start in range(lo, tl.minimum(lo + CHUNK, N), BLOCK):
         mask = start + cols < N
-        x = tl.load(x_row + start + cols, mask=mask, other=-float("inf"), eviction_policy="evict_first").to(tl.float32)
+        x = tl.load(x_row + start + cols, mask=mask, other=-float("inf"),
+                    eviction_policy="evict_first").to(tl.float32)
         out = tl.exp(x - row_max) * inv_sum
         # Streamed: the output is not read again here, so it should not push x's other pieces out of L2.
         tl.store(out_row + start + cols, out.to(out_ptr.dtype.element_ty), mask=mask, cache_modifier=".cs")
