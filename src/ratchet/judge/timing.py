@@ -3,7 +3,8 @@
 GPU: CUDA events around the call, an L2 flush (a buffer twice the L2, written, then a second one read,
 so the L2 holds clean lines) and a persisting-L2 reset before every timed call, a device-wide synchronize
 after it, inputs refilled in place with fresh data before every call, adaptive repetitions until the
-relative standard error of the median is small or a time cap is hit. Microsecond kernels are also timed under CUDA-graph replay.
+relative standard error of the median is small or a time cap is hit. Microsecond kernels are also timed
+under CUDA-graph replay.
 CPU: ``perf_counter_ns`` around the call; CPU numbers say nothing about GPUs.
 """
 
