@@ -27,6 +27,7 @@ from seed_files import import_seed
 DATA = Path(__file__).parent / "data"
 RMSNORM = load_task("rmsnorm")
 SILU_MUL = load_task("silu_mul")
+SOFTMAX = load_task("softmax")
 CPU_SEED = Path(RMSNORM.seeds_dir) / "cpu_cpp.py"
 FAST = JudgeOptions(device="cpu", time_it=False)
 
@@ -154,13 +155,14 @@ def test_a_fresh_process_reuses_the_build_despite_a_stale_torch_lock(cpu_seed):
 # -- the CUDA seeds, on a GPU -----------------------------------------------------------------------
 
 @pytest.mark.skipif(cpp_extension.CUDA_HOME is not None, reason="checks a torch without a CUDA toolkit")
-@pytest.mark.parametrize("task, args", [("rmsnorm", (torch.ones(2, 8), torch.ones(8), 1e-6)),
-                                        ("silu_mul", (torch.ones(2, 8),))])
-def test_cuda_seeds_build_lazily_and_fail_as_a_build_error_without_cuda(task, args):
+@pytest.mark.parametrize("task, seed, args", [("rmsnorm", "cuda_vectorized", (torch.ones(2, 8), torch.ones(8), 1e-6)),
+                                              ("silu_mul", "cuda_vectorized", (torch.ones(2, 8),)),
+                                              ("softmax", "cuda_cluster", (torch.ones(2, 8),))])
+def test_cuda_seeds_build_lazily_and_fail_as_a_build_error_without_cuda(task, seed, args):
     # Importing builds nothing (the judge's import has the short time limit); without a CUDA toolkit
     # (a CPU build of torch has none) the first call is a build failure, which the judge calls
     # compile_error, not a crash in the kernel.
-    module = import_seed(task, "cuda_vectorized")
+    module = import_seed(task, seed)
     with pytest.raises(RuntimeError, match="Error building extension") as info:
         module.kernel(*args)
     assert classify_exception(info.value, first_call=True)[0] == "compile_error"
@@ -234,3 +236,51 @@ def test_cuda_seeds_replay_under_a_cuda_graph():
     torch.cuda.synchronize()
     _assert_rmsnorm_close(outs[0], (x, w, eps), torch.bfloat16)
     _assert_silu_close(outs[1], g, torch.bfloat16)
+
+
+# The cluster softmax: odd N (the one-element path), a row wider than a cluster's registers (151937: the
+# rounds path), short rows (one block), a decode row, and every build of its SPACE.
+GPU_SOFTMAX_SHAPES = [{"M": 64, "N": 128256}, {"M": 1, "N": 129280}, {"M": 7, "N": 3001}, {"M": 5, "N": 100003},
+                      {"M": 3, "N": 151937}, {"M": 300, "N": 1024}, {"M": 2, "N": 17}, {"M": 1, "N": 1}]
+
+
+def _assert_softmax_close(out, x):
+    tol = SOFTMAX.tolerances[x.dtype]
+    assert out.dtype == x.dtype and out.shape == x.shape
+    torch.testing.assert_close(out.double(), SOFTMAX.reference(x.double()), atol=tol.atol, rtol=tol.rtol)
+
+
+@pytest.mark.gpu
+def test_cuda_softmax_cluster_seed_matches_reference():
+    module = import_seed("softmax", "cuda_cluster")
+    configs = load_candidate(Path(SOFTMAX.seeds_dir) / "cuda_cluster.py").valid_configs()
+    assert len(configs) == 12  # 6 builds (THREADS x PER_THREAD), clusters of at most 8 and 4
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for config in configs:
+        for shape in GPU_SOFTMAX_SHAPES:
+            for dtype in SOFTMAX.dtypes:
+                (x,) = SOFTMAX.make_inputs(shape, dtype, "cuda", gen)
+                _assert_softmax_close(module.kernel(x, **config), x)
+        # A base pointer off the 16-byte grid: the one-element path on an even N.
+        (x,) = SOFTMAX.make_inputs({"M": 9, "N": 4096}, torch.bfloat16, "cuda", gen)
+        shifted = torch.cat([x.new_zeros(1), x.flatten()])[1:].view(9, 4096)
+        assert shifted.data_ptr() % 16 != 0
+        _assert_softmax_close(module.kernel(shifted, **config), shifted)
+
+
+@pytest.mark.gpu
+def test_cuda_softmax_cluster_replays_under_a_cuda_graph():
+    module = import_seed("softmax", "cuda_cluster")
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    # 8 blocks per row, and 4 for a config that caps clusters there.
+    for shape, config in (({"M": 64, "N": 128256}, {}), ({"M": 2, "N": 128256}, {"MAX_CLUSTER": 4})):
+        (x,) = SOFTMAX.make_inputs(shape, torch.float32, "cuda", gen)
+        module.kernel(x, **config)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = module.kernel(x, **config)
+        x.copy_(SOFTMAX.make_inputs(shape, torch.float32, "cuda", gen)[0])
+        graph.replay()
+        torch.cuda.synchronize()
+        _assert_softmax_close(out, x)

@@ -72,6 +72,16 @@ def test_every_triton_config_is_correct_on_an_odd_shape(triton_seed):
         _assert_matches(module.kernel(*inputs, **config), inputs, torch.bfloat16)
 
 
+def test_triton_seeds_take_masked_logits(triton_seed):
+    # -inf entries (masked vocabulary), a run of them wider than a vector and a block: the online seed's
+    # groups of 4 neighbours that hold only -inf must add nothing (not NaN) to their running sum.
+    (x,) = _inputs({"M": 3, "N": 20001}, torch.float32, seed=4)
+    x[:, ::3] = -float("inf")
+    x[1, 100:9000] = -float("inf")
+    x[2, :-5] = -float("inf")  # five finite entries, at the row's masked tail
+    _assert_matches(triton_seed[1].kernel(x), (x,), torch.float32)
+
+
 def test_wrong_answers_are_rejected_by_the_tolerance():
     (x,) = _inputs({"M": 8, "N": 20001}, torch.float32)
     xd = x.double()

@@ -17,6 +17,11 @@ pass 2's loads evict_first and its stores streamed (.cs), so the second read fin
 behind the output's lines. 64 x 128256 under a CUDA graph: 27.9 us without hints (256 programs), 25.0
 with them, 24.2 with 512 programs (now the default; 1024: 27.5). 256 x 128256: 108.8 -> 102.5 us; one
 row 7.1 -> 7.3.
+Fewer exps (session 10, same probe method, docs/measurements/2026-11-30-h200-session10/): ncu showed pass 1
+at 2.7 TB/s, stalled on the exp unit (two exps per element in the online update), and pass 2 finding only
+half of x in L2. With one running (m, s) per 4 neighbours, 64 x 128256 under a CUDA graph: 24.1 -> 23.1 us;
+16 rows 12.0 -> 11.1, 256 rows 103 -> 102, one row 7.2 -> 7.3. Prefetching the next tile in both passes
+and ex2.approx.ftz added nothing measurable (22.7-23.2).
 """
 
 import torch
@@ -28,25 +33,32 @@ SPACE = {"BLOCK_N": [4096, 2048, 8192], "PROGRAMS": [512, 256, 1024, 1], "num_wa
 # Finite "minus infinity" for running maxima: exp(m_old - m_new) stays exp(0) = 1 in lanes that have seen
 # nothing yet, where -inf - (-inf) would be NaN.
 _NEG_BIG = -3.0e38
+# Pass 1 keeps one running (m, s) per 4 neighbours: 16-byte fp32 loads give each thread 4 neighbours, and
+# ncu (session 10) found pass 1 stalled on the exp unit with one (m, s) per element.
+_VEC = 4
 
 
 @triton.jit
 def _online_partials(x_ptr, m_ptr, s_ptr, stride_x, N, CHUNK, SPLIT,
-                     BLOCK: tl.constexpr, NEG_BIG: tl.constexpr):
+                     BLOCK: tl.constexpr, NEG_BIG: tl.constexpr, VEC: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     piece = tl.program_id(1)
     x_row = x_ptr + row * stride_x
     cols = tl.arange(0, BLOCK)
-    m = tl.full([BLOCK], NEG_BIG, dtype=tl.float32)
-    s = tl.zeros([BLOCK], dtype=tl.float32)
+    m = tl.full([BLOCK // VEC], NEG_BIG, dtype=tl.float32)
+    s = tl.zeros([BLOCK // VEC], dtype=tl.float32)
     lo = piece * CHUNK  # CHUNK is a multiple of BLOCK, so only the row's end needs a mask
     for start in range(lo, tl.minimum(lo + CHUNK, N), BLOCK):
         mask = start + cols < N
         # evict_last: pass 2 reads this piece again, and should find it in L2
         x = tl.load(x_row + start + cols, mask=mask, other=-float("inf"),
                     eviction_policy="evict_last").to(tl.float32)
-        m_new = tl.maximum(m, x)
-        s = s * tl.exp(m - m_new) + tl.exp(x - m_new)
+        # One running (m, s) per VEC neighbours, the elements of one thread's vector load (the reductions
+        # over them stay in the thread): the rescale's exp is paid once per VEC elements, 1 + 1/VEC exps per
+        # element instead of 2.
+        x = tl.reshape(x, [BLOCK // VEC, VEC])
+        m_new = tl.maximum(m, tl.max(x, axis=1))
+        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[:, None]), axis=1)
         m = m_new
     m_piece = tl.max(m, axis=0)
     s_piece = tl.sum(s * tl.exp(m - m_piece), axis=0)
@@ -95,7 +107,7 @@ def kernel(x, BLOCK_N=4096, PROGRAMS=512, num_warps=8):
     s_parts = torch.empty((M, split), dtype=torch.float32, device=x.device)
     grid = (M, split)
     _online_partials[grid](x, m_parts, s_parts, x.stride(0), N, chunk, split,
-                           BLOCK=block, NEG_BIG=_NEG_BIG, num_warps=num_warps)
+                           BLOCK=block, NEG_BIG=_NEG_BIG, VEC=min(_VEC, block), num_warps=num_warps)
     _combine_and_write[grid](x, out, m_parts, s_parts, x.stride(0), out.stride(0), N, chunk, split,
                              BLOCK=block, SPLIT_P2=triton.next_power_of_2(split), NEG_BIG=_NEG_BIG,
                              num_warps=num_warps)
