@@ -24,8 +24,11 @@ exp is exp2f(d * log2(e)) in fp32 (d <= 0): the relative error of the product (~
 task's fp32 rtol for every |d| a float can hold in the sum.
 
 PER_THREAD and THREADS reach the source as -D defines, so each config is its own cached build
-(ratchet.cuda_build). Expected on the H200: ESTIMATE, not measured when written (session 10): 64 x 128256
-fp32 near the copy floor, ~16-19 us (triton_online: 23-24 us under a CUDA graph).
+(ratchet.cuda_build). On the H200 (2026-11-30, session 10, judged by `benchmarks/eval_seeds.py`, fp32,
+N = 128256; docs/benchmarks.md): 84.05 us at 256 rows, the fastest kernel measured there (triton_online
+102.8, torch.compile 141.6); 26.35 us at 64 rows, where its 512 blocks run in about two waves with two
+cluster barriers each (triton_online 23.0); 8.67 us for one row (7.17). The estimate written before any
+GPU ran it was 16-19 us at 64 rows.
 """
 
 import functools
