@@ -162,7 +162,11 @@ __device__ __forceinline__ void write_round(T* orow, int64_t lo, int64_t hi, con
       float y[VEC];
 #pragma unroll
       for (int j = 0; j < VEC; ++j) y[j] = exp2f((v[k * VEC + j] - mx) * kLog2e) * inv;
-      if constexpr (VEC == 1) store_one<T>(p + k * kThreads * VEC, y[0]); else store_vec<T, VEC>(p + k * kThreads * VEC, y);
+      if constexpr (VEC == 1) {
+        store_one<T>(p + k * kThreads * VEC, y[0]);
+      } else {
+        store_vec<T, VEC>(p + k * kThreads * VEC, y);
+      }
     }
   }
 }
