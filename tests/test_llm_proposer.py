@@ -182,7 +182,9 @@ def test_whole_llm_run_on_the_cpu(tmp_path, keys):
     seed = tmp_path / "slow_seed.py"
     seed.write_text(SLOW_SEED)
     llm = FakeLLM([
-        {"text": fenced(GOOD_TUNABLE, after="The tuner can pick CHUNK."), "delay": 2.0},  # slow answer
+        # A slow answer, still shorter than the seed's judging: 2.0-3.3 s here, ~2.05 s once in CI, which
+        # a 2 s delay made a race (2026-11-30).
+        {"text": fenced(GOOD_TUNABLE, after="The tuner can pick CHUNK."), "delay": 1.0},
         {"text": fenced(BROKEN)},
         {"text": "I would fuse the reduction and the scaling into one pass over each row."},  # no code
         {"status": 500},  # retried by the SDK, then the answer below
