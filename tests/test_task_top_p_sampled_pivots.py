@@ -4,19 +4,17 @@ path, its draws pass the task's rule and match the nucleus frequencies, it is de
 torch.manual_seed, and the judge passes it end to end. Triton's interpreter runs it without a GPU.
 """
 
-import dataclasses
-
 import pytest
 import torch
 
 from ratchet.candidate import load_candidate
-from ratchet.task import BUILTIN_TASKS_DIR, ShapeSet
+from ratchet.task import BUILTIN_TASKS_DIR
 from seed_files import import_seed, require_triton
 from test_task_top_p_split_row import RULE, TASK, _collect, _edge_cases, _random_case, assert_exact
 # Checks that hold for any top-p seed, collected here a second time: pytest gives them this module's `seed`.
 from test_task_top_p_split_row import (test_deterministic_under_manual_seed,  # noqa: F401
                                        test_draw_frequencies_match_the_nucleus, test_gpu_cuda_graph_replays,
-                                       test_gpu_rule_at_task_shapes)
+                                       test_gpu_rule_at_task_shapes, test_judge_passes_it_end_to_end)
 
 PATH = BUILTIN_TASKS_DIR / "top_p_sampling" / "seeds" / "triton_sampled_pivots.py"
 
@@ -89,17 +87,6 @@ def test_every_config_is_exact(seed):
         tokens, mask = seed.nucleus_mask(logits, top_p, **config)
         assert assert_exact(mask, tokens, logits, top_p) >= 2, config
     assert len(seen) == 9
-
-
-def test_judge_passes_it_end_to_end():
-    require_triton()
-    from ratchet.judge import evaluate
-    from ratchet.judge.evaluation import JudgeOptions
-
-    small = dataclasses.replace(TASK, cpu=ShapeSet(public=[{"B": 32, "V": 999}]),
-                                check=dataclasses.replace(RULE, min_draws=64, max_calls=4))
-    verdict = evaluate(small, load_candidate(PATH), None, JudgeOptions(device="cpu", time_it=False))
-    assert verdict.verdict == "pass", verdict.reasons
 
 
 # --- on a GPU: the task's shapes, the full draw count, CUDA graphs -------------------------------------
