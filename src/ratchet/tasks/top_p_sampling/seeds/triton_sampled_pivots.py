@@ -29,7 +29,8 @@ The kernels (S chunks per row, one program per (chunk, row) for the passes, one 
    the candidates in and the sure-in tokens by their masses; among the candidates, an exponential race
    (argmin of -log(U) / p, U from Philox seeded by a second uniform and keyed by the token's index) picks
    one with probability p / their mass whatever order the atomics wrote them in; among the sure-in tokens,
-   inverse CDF in the order (chunk, lane, tile). So a seed reproduces the draw.
+   inverse CDF in the order (chunk, lane, tile). So a seed reproduces the draw, except where the
+   candidates' fp32 mass, summed in the order the atomics wrote them, lands within its last bit of T.
 "Exact" means exact for the fp32 masses the kernel sums, as in the split-row seed; the task allows 1e-5.
 ``nucleus_mask`` returns the nucleus the kernel sampled from, for tests.
 
@@ -48,9 +49,8 @@ CONSTRAINTS = ["BLOCK <= 64 * num_warps", "BLOCK >= 32 * num_warps"]
 
 _PIVOTS = 16
 _STRIDE = 64  # the subsample: every 64th logit
-_CAP = 1024  # candidates _finish sorts in registers
+_CAP = 1024  # candidates _finish keeps in registers for its bisection
 _SLOW_BLOCK = 256  # candidates per iteration on the slow path
-_KEY_BIAS = 2147483648  # order-preserving keys live in [0, 2**32); minus this, in int32's range
 
 
 @triton.jit
