@@ -193,6 +193,15 @@ def _pick(w, r, N: tl.constexpr):
 
 
 @triton.jit
+def _race(seed, idx, w):
+    """Exponential race keys: argmin over -log(U) / w picks index i with probability w_i / sum(w), with U
+    from Philox keyed by the token index, so the draw does not depend on the order the atomics wrote the
+    candidates in. Zero weights never win."""
+    race = -tl.log(tl.rand(seed, idx)) / tl.where(w > 0, w, 1.0)
+    return tl.where(w > 0, race, float("inf"))
+
+
+@triton.jit
 def _pick_sure(base, V, CHUNK, lm_ptr, row, S, cm, r, m, hi, S_PAD: tl.constexpr, TPC_PAD: tl.constexpr,
                BLOCK: tl.constexpr):
     """A sure-in logit by inverse CDF in the order (chunk, lane, tile), from the per-chunk and per-lane
@@ -246,11 +255,10 @@ def _finish(logits_ptr, stride, V, CHUNK, rs_ptr, lm_ptr, cm_ptr, cnt_ptr, cx_pt
         w = tl.where(key >= hi_k, p, 0.0)
         cand_mass = tl.sum(w.to(tl.float64), axis=0)
         r = u * (cand_mass + tl.sum(cm, axis=0))
-        # An exponential race among the candidates in: the same draw whatever order the atomics wrote.
-        race = -tl.log(tl.rand(seed, tl.load(ci + q, mask=ok, other=0))) / tl.where(w > 0, w, 1.0)
-        pick = tl.argmin(tl.where(w > 0, race, float("inf")), axis=0)
+        idx = tl.load(ci + q, mask=ok, other=0)
+        pick = tl.argmin(_race(seed, idx, w), axis=0)
         if r < cand_mass:
-            token = tl.load(ci + pick)
+            token = tl.sum(tl.where(q == pick, idx, 0), axis=0)
         else:
             token = _pick_sure(base, V, CHUNK, lm_ptr, row, S, cm, r - cand_mass, m, hi, S_PAD, TPC_PAD, BLOCK)
     else:
@@ -276,8 +284,7 @@ def _finish(logits_ptr, stride, V, CHUNK, rs_ptr, lm_ptr, cm_ptr, cnt_ptr, cx_pt
             x = tl.load(cx + s0 + cols, mask=ok, other=-float("inf"))
             w = tl.where(_key(x) >= hi_k, tl.exp(x - m), 0.0)
             wsum += w.to(tl.float64)
-            race = -tl.log(tl.rand(seed, tl.load(ci + s0 + cols, mask=ok, other=0))) / tl.where(w > 0, w, 1.0)
-            race = tl.where(w > 0, race, float("inf"))
+            race = _race(seed, tl.load(ci + s0 + cols, mask=ok, other=0), w)
             better = race < best
             best = tl.where(better, race, best)
             best_at = tl.where(better, s0 + cols, best_at)
