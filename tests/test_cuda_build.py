@@ -254,7 +254,7 @@ def _assert_softmax_close(out, x):
 def test_cuda_softmax_cluster_seed_matches_reference():
     module = import_seed("softmax", "cuda_cluster")
     configs = load_candidate(Path(SOFTMAX.seeds_dir) / "cuda_cluster.py").valid_configs()
-    assert len(configs) == 12  # 6 builds (THREADS x PER_THREAD), clusters of at most 8 and 4
+    assert len(configs) == 16  # 8 builds (THREADS x PER_THREAD x SMEM_PER_THREAD), clusters of at most 8 and 4
     gen = torch.Generator(device="cuda").manual_seed(0)
     for config in configs:
         for shape in GPU_SOFTMAX_SHAPES:
@@ -272,8 +272,9 @@ def test_cuda_softmax_cluster_seed_matches_reference():
 def test_cuda_softmax_cluster_replays_under_a_cuda_graph():
     module = import_seed("softmax", "cuda_cluster")
     gen = torch.Generator(device="cuda").manual_seed(1)
-    # 8 blocks per row, and 4 for a config that caps clusters there.
-    for shape, config in (({"M": 64, "N": 128256}, {}), ({"M": 2, "N": 128256}, {"MAX_CLUSTER": 4})):
+    # 8 blocks per row (with a shared-memory part, and without), and 4 for a config that caps clusters there.
+    for shape, config in (({"M": 64, "N": 128256}, {}), ({"M": 64, "N": 128256}, {"PER_THREAD": 64, "SMEM_PER_THREAD": 0}),
+                          ({"M": 2, "N": 128256}, {"MAX_CLUSTER": 4})):
         (x,) = SOFTMAX.make_inputs(shape, torch.float32, "cuda", gen)
         module.kernel(x, **config)
         torch.cuda.synchronize()

@@ -11,24 +11,31 @@ a cluster barrier on each side. Then each block writes exp(x - max) / sum from i
 once and out once, the floor of the op; no global workspace, no second launch. Triton does not express
 clusters or distributed shared memory, so this is a CUDA seed.
 
-Layout: blocks of THREADS threads, each holding up to PER_THREAD elements (in 16-byte vectors where the row
-allows). A row gets C blocks, C = the fewest that hold it (ceil(N / (THREADS * PER_THREAD))), raised
-toward one wave of the GPU for few rows (132 SMs / M), at most MAX_CLUSTER and at most one block per
-THREADS elements, rounded down to a power of two. Clusters stay within the portable size, 8: a 16-block
-cluster (the non-portable attribute set) failed to launch on the H200 for 256-thread blocks of 32 values
+Layout: blocks of THREADS threads, each holding up to PER_THREAD elements in registers (in 16-byte vectors
+where the row allows) and SMEM_PER_THREAD more in shared memory (fp32, element-major so a warp's accesses
+are contiguous; each thread reads back only its own, so no barrier guards them). A row gets C blocks,
+C = the fewest that hold it (ceil(N / (THREADS * (PER_THREAD + SMEM_PER_THREAD)))), raised toward one wave
+of the GPU for few rows (132 SMs / M), at most MAX_CLUSTER and at most one block per THREADS elements,
+rounded down to a power of two. Clusters stay within the portable size, 8: a 16-block cluster (the
+non-portable attribute set) failed to launch on the H200 for 256-thread blocks of 32 values
 (cudaErrorInvalidClusterSize, session 10) though the occupancy API said it fit. A row too wide for C
-blocks' registers takes rounds: pass 1 merges the rounds online and pass 2 reads x again
-(from the L2 of the same SMs). Rows past the grid's 65535 loop.
+blocks takes rounds: pass 1 merges the rounds online and pass 2 reads x again (from the L2 of the same
+SMs). Rows past the grid's 65535 loop.
+
+The shared-memory part buys occupancy: 32 values in registers and 32 in shared memory fit a 256-thread
+block in 64 registers a thread (sm_90, no spills) and 32 KB, four blocks an SM, where 64 values in registers
+take 109 registers and leave two. At 64 rows of 128256 that is the 512 blocks in one wave instead of two.
 
 exp is exp2f(d * log2(e)) in fp32 (d <= 0): the relative error of the product (~|d| * 2^-24) is below the
 task's fp32 rtol for every |d| a float can hold in the sum.
 
-PER_THREAD and THREADS reach the source as -D defines, so each config is its own cached build
-(ratchet.cuda_build). On the H200 (2026-11-30, session 10, judged by `benchmarks/eval_seeds.py`, fp32,
-N = 128256; docs/benchmarks.md): 84.05 us at 256 rows, the fastest kernel measured there (triton_online
-102.8, torch.compile 141.6); 26.35 us at 64 rows, where its 512 blocks run in about two waves with two
-cluster barriers each (triton_online 23.0); 8.67 us for one row (7.17). The estimate written before any
-GPU ran it was 16-19 us at 64 rows.
+THREADS, PER_THREAD and SMEM_PER_THREAD reach the source as -D defines, so each is its own cached build
+(ratchet.cuda_build). On the H200 (fp32, N = 128256, median CUDA-graph replay after the judge's L2 flush,
+`docs/measurements/2026-11-30-h200-session11/`): the default (32 + 32 values, clusters of 8) takes 24.1 us
+at 64 rows, 76.3 at 256, 16.4 at 32 and 9.0 for one row; 64 values in registers alone (session 10's
+default) 26.2 / 83.4 / 17.8 / 8.5; triton_online 23.1 / 101.9 / 15.3 / 7.3. One wave did not bring 64 rows
+to the 16-19 us estimated: every block reads its piece, then every block writes, and nothing overlaps the
+two phases, where the two-pass Triton seed's pass 2 reads and writes at once.
 """
 
 import functools
@@ -37,9 +44,10 @@ import torch
 
 from ratchet.cuda_build import load_cached
 
-SPACE = {"THREADS": [256, 512, 1024], "PER_THREAD": [64, 32, 16], "MAX_CLUSTER": [8, 4]}
-# At most 16384 elements per block: 1024 threads x 32 spill on sm_90, 512 x 64 leave one block per SM.
-CONSTRAINTS = ["THREADS * PER_THREAD <= 16384"]
+SPACE = {"THREADS": [256, 512, 1024], "PER_THREAD": [32, 64, 16], "MAX_CLUSTER": [8, 4], "SMEM_PER_THREAD": [32, 0]}
+# At most 16384 elements per block in registers: 1024 threads x 32 spill on sm_90, 512 x 64 leave one
+# block per SM. A shared-memory part goes with 32 in registers (64 registers a thread, 1024 threads an SM).
+CONSTRAINTS = ["THREADS * PER_THREAD <= 16384", "SMEM_PER_THREAD == 0 or (PER_THREAD == 32 and THREADS <= 512)"]
 
 _DEFAULT_SMS = 132
 
@@ -71,10 +79,19 @@ CUDA_SRC = r"""
 #ifndef CFG_PER_THREAD
 #define CFG_PER_THREAD 64
 #endif
+#ifndef CFG_SMEM_PER_THREAD
+#define CFG_SMEM_PER_THREAD 0
+#endif
 
 namespace cg = cooperative_groups;
 constexpr int kThreads = CFG_THREADS;
 constexpr int kPerThread = CFG_PER_THREAD;
+// Elements per thread held in shared memory beside the registers' kPerThread (fp32 there, whatever T):
+// registers plus shared memory hold more of a row per SM, so more rows fit in one wave.
+constexpr int kSmemPerThread = CFG_SMEM_PER_THREAD;
+// With a shared-memory part, ask for registers that let 1024 threads share an SM (64 per thread), the
+// occupancy the shared memory is there to buy; without one, the registers hold what they can.
+constexpr int kMinBlocks = (kSmemPerThread > 0 && kPerThread <= 32) ? 1024 / kThreads : 1;
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -171,15 +188,65 @@ __device__ __forceinline__ void write_round(T* orow, int64_t lo, int64_t hi, con
   }
 }
 
+// The shared-memory part of a round: kSmemPerThread elements per thread from lo, laid out element-major
+// (sm[e * kThreads + thread]) so a warp's accesses are 128 contiguous bytes. Masked elements hold -inf.
+// Returns this thread's max over them.
 template <typename T, int VEC>
-__global__ void __launch_bounds__(kThreads) softmax_cluster(const T* __restrict__ x, T* __restrict__ out,
+__device__ __forceinline__ float stash_round(const T* xr, int64_t lo, int64_t hi, float* sm) {
+  const T* p = xr + lo + threadIdx.x * VEC;
+  const int left = static_cast<int>(min64(hi - lo, INT32_MAX)) - static_cast<int>(threadIdx.x) * VEC;
+  float mt = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kSmemPerThread / VEC; ++k) {
+    float f[VEC];
+    load_vec<T, VEC>(p + k * kThreads * VEC, k * kThreads * VEC < left, f);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      sm[(k * VEC + j) * kThreads + threadIdx.x] = f[j];
+      mt = fmaxf(mt, f[j]);
+    }
+  }
+  return mt;
+}
+
+__device__ __forceinline__ float stash_sum(const float* sm, float mt) {
+  float st = 0.0f;
+#pragma unroll 8
+  for (int e = 0; e < kSmemPerThread; ++e) st += exp2f((sm[e * kThreads + threadIdx.x] - mt) * kLog2e);
+  return st;
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void write_stash(T* orow, int64_t lo, int64_t hi, const float* sm, float mx,
+                                            float inv) {
+  T* p = orow + lo + threadIdx.x * VEC;
+  const int left = static_cast<int>(min64(hi - lo, INT32_MAX)) - static_cast<int>(threadIdx.x) * VEC;
+#pragma unroll
+  for (int k = 0; k < kSmemPerThread / VEC; ++k) {
+    if (k * kThreads * VEC < left) {
+      float y[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) y[j] = exp2f((sm[(k * VEC + j) * kThreads + threadIdx.x] - mx) * kLog2e) * inv;
+      if constexpr (VEC == 1) {
+        store_one<T>(p + k * kThreads * VEC, y[0]);
+      } else {
+        store_vec<T, VEC>(p + k * kThreads * VEC, y);
+      }
+    }
+  }
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) softmax_cluster(const T* __restrict__ x, T* __restrict__ out,
                                                            int64_t M, int64_t N, int64_t chunk) {
   __shared__ float red[2 * (kThreads / 32)];
   __shared__ float part[2];  // this block's (m, s), read by the cluster's other blocks
   cg::cluster_group cluster = cg::this_cluster();
   const int C = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
-  constexpr int64_t kCap = static_cast<int64_t>(kThreads) * kPerThread;
+  constexpr int64_t kRegCap = static_cast<int64_t>(kThreads) * kPerThread;
+  constexpr int64_t kCap = kRegCap + static_cast<int64_t>(kThreads) * kSmemPerThread;
+  extern __shared__ float stash[];  // kThreads * kSmemPerThread floats (none when kSmemPerThread is 0)
   float v[kPerThread];
   for (int64_t row = blockIdx.y; row < M; row += gridDim.y) {
     const T* xr = x + row * N;
@@ -187,14 +254,16 @@ __global__ void __launch_bounds__(kThreads) softmax_cluster(const T* __restrict_
     const int64_t lo = min64(N, rank * chunk), hi = min64(N, lo + chunk);
     const bool resident = hi - lo <= kCap;
     float m = -INFINITY, s = 0.0f;
-    for (int64_t r = lo; r < hi; r += kCap) {  // one round when resident: v keeps the piece
+    for (int64_t r = lo; r < hi; r += kCap) {  // one round when resident: v and the stash keep the piece
       load_round<T, VEC>(xr, r, hi, v);
       float mt = -INFINITY, st = 0.0f;
+      if constexpr (kSmemPerThread > 0) mt = stash_round<T, VEC>(xr, r + kRegCap, hi, stash);
 #pragma unroll
       for (int e = 0; e < kPerThread; ++e) mt = fmaxf(mt, v[e]);
       if (mt != -INFINITY) {
 #pragma unroll
         for (int e = 0; e < kPerThread; ++e) st += exp2f((v[e] - mt) * kLog2e);
+        if constexpr (kSmemPerThread > 0) st += stash_sum(stash, mt);  // each thread reads its own elements
       }
       merge(m, s, mt, st);
     }
@@ -219,10 +288,15 @@ __global__ void __launch_bounds__(kThreads) softmax_cluster(const T* __restrict_
     __syncthreads();  // red is rewritten by the next row's block_merge
     if (resident) {
       write_round<T, VEC>(orow, lo, hi, v, mx, inv);
+      if constexpr (kSmemPerThread > 0) write_stash<T, VEC>(orow, lo + kRegCap, hi, stash, mx, inv);
     } else {
       for (int64_t r = lo; r < hi; r += kCap) {
         load_round<T, VEC>(xr, r, hi, v);
         write_round<T, VEC>(orow, r, hi, v, mx, inv);
+        if constexpr (kSmemPerThread > 0) {
+          stash_round<T, VEC>(xr, r + kRegCap, hi, stash);
+          write_stash<T, VEC>(orow, r + kRegCap, hi, stash, mx, inv);
+        }
       }
     }
   }
@@ -246,7 +320,7 @@ cudaLaunchConfig_t cluster_launch(int64_t c, int64_t rows, cudaStream_t stream, 
 template <typename T, int VEC>
 void launch(const at::Tensor& x, at::Tensor& out, int64_t max_cluster, int64_t sms, cudaStream_t stream) {
   const int64_t M = x.size(0), N = x.size(1);
-  constexpr int64_t cap = static_cast<int64_t>(kThreads) * kPerThread;
+  constexpr int64_t cap = static_cast<int64_t>(kThreads) * (kPerThread + kSmemPerThread);
   int64_t c = std::max<int64_t>((N + cap - 1) / cap, sms / std::max<int64_t>(M, 1));
   c = std::max<int64_t>(1, std::min<int64_t>({c, max_cluster, (N + kThreads - 1) / kThreads}));
   while (c & (c - 1)) c &= c - 1;  // a power of two: 1, 2, 4 or 8 blocks, sizes every GPC can hold
@@ -254,7 +328,16 @@ void launch(const at::Tensor& x, at::Tensor& out, int64_t max_cluster, int64_t s
   // Whole vectors per block, so a vector never straddles two blocks or the row's end (N % VEC == 0 here).
   const int64_t chunk = ((N + c - 1) / c + VEC - 1) / VEC * VEC;
   cudaLaunchAttribute cluster_dim;
-  const cudaLaunchConfig_t cfg = cluster_launch(c, std::min<int64_t>(M, 65535), stream, &cluster_dim);
+  cudaLaunchConfig_t cfg = cluster_launch(c, std::min<int64_t>(M, 65535), stream, &cluster_dim);
+  cfg.dynamicSmemBytes = sizeof(float) * kThreads * kSmemPerThread;
+  if (cfg.dynamicSmemBytes > 48 * 1024) {  // past the default limit: opt in, once per instantiation
+    static const bool opted = [&] {
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(cfg.dynamicSmemBytes)));
+      return true;
+    }();
+    (void)opted;
+  }
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, reinterpret_cast<const T*>(x.data_ptr()),
                                     reinterpret_cast<T*>(out.data_ptr()), M, N, chunk));
 }
@@ -291,8 +374,9 @@ def _sm_count(index):
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def kernel(x, THREADS=256, PER_THREAD=64, MAX_CLUSTER=8):
+def kernel(x, THREADS=256, PER_THREAD=32, MAX_CLUSTER=8, SMEM_PER_THREAD=32):
     module = load_cached("ratchet_softmax_cluster", CUDA_SRC, CPP_SRC, ["softmax"],
-                         defines={"CFG_THREADS": THREADS, "CFG_PER_THREAD": PER_THREAD}, no_implicit_headers=True)
+                         defines={"CFG_THREADS": THREADS, "CFG_PER_THREAD": PER_THREAD,
+                                  "CFG_SMEM_PER_THREAD": SMEM_PER_THREAD}, no_implicit_headers=True)
     sms = _sm_count(x.device.index or 0) if x.is_cuda else _DEFAULT_SMS
     return module.softmax(x, MAX_CLUSTER, sms)
