@@ -273,7 +273,8 @@ def test_cuda_softmax_cluster_replays_under_a_cuda_graph():
     module = import_seed("softmax", "cuda_cluster")
     gen = torch.Generator(device="cuda").manual_seed(1)
     # 8 blocks per row (with a shared-memory part, and without), and 4 for a config that caps clusters there.
-    for shape, config in (({"M": 64, "N": 128256}, {}), ({"M": 64, "N": 128256}, {"PER_THREAD": 64, "SMEM_PER_THREAD": 0}),
+    registers_only = {"PER_THREAD": 64, "SMEM_PER_THREAD": 0}
+    for shape, config in (({"M": 64, "N": 128256}, {}), ({"M": 64, "N": 128256}, registers_only),
                           ({"M": 2, "N": 128256}, {"MAX_CLUSTER": 4})):
         (x,) = SOFTMAX.make_inputs(shape, torch.float32, "cuda", gen)
         module.kernel(x, **config)

@@ -36,7 +36,8 @@ the row becomes candidates: slow, never wrong. On the H200 (session 11) B=256 to
 draws holding such a row, 450-480 us on the others. A 32-nat window costs 14% at B=64 for every row, and
 11-13% when only rows with top_p that near 1 take it (the slowest row sets _finish's time), so the seed
 keeps 16. "Exact" means an exact cut for the fp32 masses the kernel sums. Those sums are off by ~1e-6 of
-the row's mass at worst (one dominant token), as in every fp32 kernel; the task's rule allows 1e-5. ``nucleus_mask`` returns the nucleus the kernel sampled from, for tests.
+the row's mass at worst (one dominant token), as in every fp32 kernel; the task's rule allows 1e-5.
+``nucleus_mask`` returns the nucleus the kernel sampled from, for tests.
 
 Cost: 3 passes over the logits. Pass 1 loops over each chunk twice; the second loop should hit L1/L2.
 There are no host syncs and the launches are fixed (torch.rand and four kernels), so the call can be
@@ -241,8 +242,8 @@ def _compact(logits_ptr, stride, V, CHUNK, h2_ptr, n2_ptr, rsf_ptr, rsi_ptr, bm_
 
 @triton.jit
 def _radix_bounds(kmin, kmax, n, RB: tl.constexpr):
-    """(levels, lowest key of the searched range) for a radix search of RB-bit digits over the bits where
-    the candidates' keys [kmin, kmax] differ."""
+    """(levels, lowest key of the searched range, kmax) for a radix search of RB-bit digits over the bits
+    where the candidates' keys [kmin, kmax] differ; all zero when there are no candidates."""
     kmin = tl.where(n > 0, kmin, 0)
     kmax = tl.where(n > 0, kmax, 0)
     nbits = tl.sum(((kmin ^ kmax) >> tl.arange(0, 64).to(tl.int64) != 0).to(tl.int32), axis=0)
