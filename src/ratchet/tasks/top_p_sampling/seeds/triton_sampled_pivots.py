@@ -112,25 +112,24 @@ def _plan(logits_ptr, stride, V, m_ptr, s_ptr, top_p_ptr, piv_ptr, rs_ptr, S, S_
     sub_target = tl.maximum(tp * tl.sum(e, axis=0), 1e-30)
     # A 16-way search (no sort: tl.sort of 2048 values took ~40 us per row on the H200): the subsample's
     # mass above 16 evenly spaced values narrows [lo, hi) to a 17th per round.
-    i16 = tl.arange(0, 16)
+    i = tl.arange(0, 16)
     lo = m - 104.0
     hi = m + 1.0
     for _ in tl.static_range(ROUNDS):
-        t = lo + (hi - lo) * (i16 + 1).to(tl.float32) / 17.0
+        t = lo + (hi - lo) * (i + 1).to(tl.float32) / 17.0
         above = tl.sum(tl.where(xs[None, :] >= t[:, None], e[None, :], 0.0), axis=1)
         k = tl.sum((above >= sub_target).to(tl.int32), axis=0)  # a prefix of t: the mass falls as t rises
-        new_lo = tl.sum(tl.where(i16 == k - 1, t, 0.0), axis=0)
-        new_hi = tl.sum(tl.where(i16 == k, t, 0.0), axis=0)
+        new_lo = tl.sum(tl.where(i == k - 1, t, 0.0), axis=0)
+        new_hi = tl.sum(tl.where(i == k, t, 0.0), axis=0)
         lo, hi = tl.where(k > 0, new_lo, lo), tl.where(k < 16, new_hi, hi)
     v = 0.5 * (lo + hi)
     # Pivots: the estimate, 5 on each side at 0.03 ... 3.1 nats (the subsample's error is a fraction of a
     # nat where tokens are dense, more where they are sparse), and 5 below the max for rows where a few
     # tokens hold the mass. Below m - 104 every exp is 0 in fp32: those tokens are all in or all out.
-    i = tl.arange(0, 16)
     d = 0.03 * tl.exp2(1.678 * tl.where(i < 5, i, i - 6).to(tl.float32))  # 0.03 x 3.2^k, k = 0 ... 4
     far = m - tl.where(i == 15, 104.0, 0.5 * tl.exp2(2.0 * (i - 11).to(tl.float32)))  # m - 0.5, 2, 8, 32, 104
     piv = tl.sort(tl.where(i < 5, v + d, tl.where(i == 5, v, tl.where(i < 11, v - d, far))), descending=True)
-    tl.store(piv_ptr + row * 16 + tl.arange(0, 16), piv)
+    tl.store(piv_ptr + row * 16 + i, piv)
     tl.store(rs_ptr + row * 8, m)
     tl.store(rs_ptr + row * 8 + 1, target)
     tl.store(rs_ptr + row * 8 + 2, tp)
