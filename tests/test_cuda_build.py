@@ -158,7 +158,10 @@ def test_a_fresh_process_reuses_the_build_despite_a_stale_torch_lock(cpu_seed):
 @pytest.mark.parametrize("task, seed, args", [("rmsnorm", "cuda_vectorized", (torch.ones(2, 8), torch.ones(8), 1e-6)),
                                               ("silu_mul", "cuda_vectorized", (torch.ones(2, 8),)),
                                               ("softmax", "cuda_cluster", (torch.ones(2, 8),)),
-                                              ("top_p_sampling", "cuda_cluster", (torch.ones(2, 8), torch.ones(2)))])
+                                              ("top_p_sampling", "cuda_cluster", (torch.ones(2, 8), torch.ones(2))),
+                                              ("decode_attention", "cuda_cluster",
+                                               (torch.ones(1, 4, 64), torch.ones(1, 1, 8, 64), torch.ones(1, 1, 8, 64),
+                                                torch.ones(1, dtype=torch.int32)))])
 def test_cuda_seeds_build_lazily_and_fail_as_a_build_error_without_cuda(task, seed, args):
     # Importing builds nothing (the judge's import has the short time limit); without a CUDA toolkit
     # (a CPU build of torch has none) the first call is a build failure, which the judge calls

@@ -110,7 +110,7 @@ def triton_seed(request):
 def test_task_loads_with_its_seeds():
     assert TASK.name == "decode_attention"
     assert tuple(TASK.dtypes) == (BF16,) and TASK.reference_dtype == torch.float32
-    assert {p.stem for p in TASK.seeds()} == {"cpu_torch", "triton_gqa", "triton_split_k"}
+    assert {p.stem for p in TASK.seeds()} == {"cpu_torch", "cuda_cluster", "triton_gqa", "triton_split_k"}
     for path in TASK.seeds():
         assert "kernel" in path.read_text() and load_candidate(path).all_configs()
 
