@@ -114,6 +114,8 @@ struct Layout {
   // 1024 bytes of slack: swizzled boxes start on 1024-byte boundaries.
   static constexpr int kSmem = 1024 + kRegion + 4 * (kRows * D + 2 * kRows + 2 * kConsumers * kRows) + 16 * kStages;
   static_assert(D % 64 == 0 && D <= 256, "head size: a multiple of 64, at most 256");
+  // An sm_90 block's limit: a config past it is a build error here, not a failed launch.
+  static_assert(kSmem <= 232448, "TILE x STAGES needs more shared memory than an sm_90 block has");
 };
 
 // Byte offset of (row r, column d) in a stage's keys or values (d < D).
