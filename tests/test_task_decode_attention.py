@@ -27,6 +27,8 @@ SHAPES = [
     {"B": 2, "Hq": 4, "Hkv": 4, "L": 77, "D": 96},
     {"B": 2, "Hq": 32, "Hkv": 1, "L": 63, "D": 576},  # MLA-like: two blocks of 16 heads, D padded to 1024
     {"B": 2, "Hq": 128, "Hkv": 1, "L": 45, "D": 576},  # DeepSeek-V3's absorbed MLA heads: eight blocks
+    {"B": 2, "Hq": 32, "Hkv": 1, "L": 50, "D": 576, "Dv": 512},  # MLA's value: the latent alone
+    {"B": 2, "Hq": 8, "Hkv": 2, "L": 70, "D": 96, "Dv": 48},  # values narrower than keys, in two parts
 ]
 # The real head layout (Llama-3-8B) at a size torch does in a blink on the CPU: for the wrong kernels.
 LLAMA = {"B": 6, "Hq": 32, "Hkv": 8, "L": 512, "D": 128}
@@ -35,7 +37,7 @@ MARGIN = 0.5
 
 
 def _ids(shape):
-    return "B{B}-Hq{Hq}-Hkv{Hkv}-L{L}-D{D}".format(**shape)
+    return "B{B}-Hq{Hq}-Hkv{Hkv}-L{L}-D{D}".format(**shape) + (f"-Dv{shape['Dv']}" if "Dv" in shape else "")
 
 
 def _inputs(shape, seed=0):
@@ -58,8 +60,8 @@ def _ratio(out, ref):
 
 
 def _assert_matches(out, inputs):
-    q = inputs[0]
-    assert out.dtype == BF16 and out.shape == q.shape
+    q, v = inputs[0], inputs[2]
+    assert out.dtype == BF16 and out.shape == (*q.shape[:2], v.shape[-1])  # values may be narrower (MLA)
     assert torch.isfinite(out).all()
     ratio = _ratio(out, _reference(inputs))
     assert ratio < MARGIN, f"uses {ratio:.2f} of the tolerance"
@@ -69,7 +71,7 @@ def _naive(q, k, v, lens):
     """One (sequence, query head) at a time in float64, straight from the definition."""
     B, Hq, D = q.shape
     G = Hq // k.shape[1]
-    out = torch.empty(B, Hq, D, dtype=torch.float64)
+    out = torch.empty(B, Hq, v.shape[-1], dtype=torch.float64)
     for b in range(B):
         n = int(lens[b])
         for h in range(Hq):
@@ -214,6 +216,23 @@ def test_split_k_reads_keys_once_when_values_are_the_same_memory():
         _assert_matches(shared, (q, k, k, lens))
     _assert_matches(module.kernel(q, k, k, lens), (q, k, k, lens))
 
+
+def test_split_k_takes_the_latent_alone_as_values_from_the_same_memory():
+    # The deepseek workload passes the cache as keys and its first 512 channels (a view) as values: the
+    # kernel still loads each tile once, and its output is bit for bit the first 512 columns of the whole
+    # cache's (same tiles, same scores and weights). A view that is not the keys' first part is loaded apart.
+    require_triton()
+    module = import_seed("decode_attention", "triton_split_k")
+    q, k, _, lens = _inputs({"B": 2, "Hq": 64, "Hkv": 1, "L": 40, "D": 576}, seed=12)
+    assert module._same_kv(k, k[..., :512]) and not module._same_kv(k, k[..., :448])
+    assert not module._same_kv(k, k[..., 64:])  # another part of the row: not the keys' own tiles
+    for config in ({"SPLITS": 2, "BLOCK_L": 16}, {"SPLITS": 1}):
+        narrow = module.kernel(q, k, k[..., :512], lens, **config)
+        assert narrow.shape == (2, 64, 512)
+        assert torch.equal(narrow, module.kernel(q, k, k, lens, **config)[..., :512])
+        _assert_matches(narrow, (q, k, k[..., :512], lens))
+    _assert_matches(module.kernel(q, k, k[..., 64:], lens), (q, k, k[..., 64:], lens))
+
 def test_every_triton_config_is_correct_on_an_odd_shape(triton_seed):
     # L = 201 and lengths from 25 to 201: pieces of the split kernel past a short row are empty.
     name, module = triton_seed
@@ -333,7 +352,8 @@ def test_judge_passes_the_cpu_seed():
 @pytest.mark.parametrize("shape", [{"B": 3, "Hq": 32, "Hkv": 8, "L": 4099, "D": 128},
                                    {"B": 1, "Hq": 64, "Hkv": 8, "L": 32768, "D": 128},
                                    {"B": 2, "Hq": 40, "Hkv": 8, "L": 1001, "D": 96},
-                                   {"B": 2, "Hq": 128, "Hkv": 1, "L": 8193, "D": 576}], ids=_ids)
+                                   {"B": 2, "Hq": 128, "Hkv": 1, "L": 8193, "D": 576},
+                                   {"B": 2, "Hq": 128, "Hkv": 1, "L": 8193, "D": 576, "Dv": 512}], ids=_ids)
 def test_seeds_on_the_gpu(shape):
     inputs = TASK.make_inputs(shape, BF16, "cuda", torch.Generator(device="cuda").manual_seed(0))
     ref = TASK.reference(*_upcast(inputs, TASK.reference_dtype)).cpu()
@@ -341,8 +361,22 @@ def test_seeds_on_the_gpu(shape):
         module = import_seed("decode_attention", name)
         for config in load_candidate(SEEDS / f"{name}.py").all_configs():
             out = module.kernel(*inputs, **config)
-            assert out.dtype == BF16 and out.shape == inputs[0].shape and out.is_cuda
+            assert out.dtype == BF16 and out.shape == ref.shape and out.is_cuda
             assert _ratio(out.cpu(), ref) < MARGIN, (name, config)
+
+
+@pytest.mark.gpu
+def test_split_k_on_the_gpu_with_the_latent_view_as_values():
+    # What the deepseek workload runs: one cache as keys (576) and its first 512 channels as values, on the
+    # 64-head wgmma tiles with each tile loaded once; equal to the first 512 columns of the whole cache's.
+    module = import_seed("decode_attention", "triton_split_k")
+    q, k, _, lens = TASK.make_inputs({"B": 2, "Hq": 128, "Hkv": 1, "L": 8193, "D": 576}, BF16, "cuda",
+                                     torch.Generator(device="cuda").manual_seed(1))
+    narrow = module.kernel(q, k, k[..., :512], lens)
+    assert narrow.shape == (2, 128, 512)
+    assert torch.equal(narrow, module.kernel(q, k, k, lens)[..., :512])
+    ref = TASK.reference(*_upcast((q, k, k[..., :512], lens), TASK.reference_dtype)).cpu()
+    assert _ratio(narrow.cpu(), ref) < MARGIN
 
 
 def test_split_k_merges_many_pieces_in_blocks_with_a_partial_last_one():

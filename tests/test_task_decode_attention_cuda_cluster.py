@@ -43,6 +43,8 @@ def test_takes_llama_layouts_and_leaves_the_rest_to_split_k(seed):
     assert seed.takes(*_tensors(B=3, Hq=40, Hkv=8, D=64))  # a group of 5, D 64
     assert not seed.takes(*_tensors(Hq=128, Hkv=1, D=576))  # DeepSeek's MLA: tensor-core tiles in Triton
     assert not seed.takes(*_tensors(Hq=64, Hkv=4))  # 16 heads a kv head
+    q, k, v, lens = _tensors()
+    assert not seed.takes(q, k, v[..., :64], lens)  # values narrower than keys (MLA's latent alone)
     assert not seed.takes(*_tensors(D=96))  # not a multiple of the 64-wide boxes
     q, k, v, lens = _tensors(L=65)
     assert seed.takes(q, k[:, :, 1:], v[:, :, 1:], lens)  # a view one row in: rows still on 16 bytes

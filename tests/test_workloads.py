@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ratchet.task import BUILTIN_TASKS_DIR, load_task
 from ratchet.workloads import GraphCaptureError, OpRegistry, build, decode, prefill
+from ratchet.workloads.core import CACHE_ALIGN
 from ratchet.workloads.registry import OPS, reference as op_reference
 
 TASKS = BUILTIN_TASKS_DIR
@@ -282,9 +283,20 @@ def test_configs_keep_the_real_widths_and_refuse_a_router_the_op_cannot_run():
         config_for("mixtral")
 
 
+def test_the_cache_length_is_rounded_up_to_an_aligned_multiple(model):
+    # 32768 + a few steps of slack left the reference's score rows unaligned (3-5x slower attention under
+    # torch.compile on the H200): every cache holds a multiple of CACHE_ALIGN positions.
+    assert CACHE_ALIGN == 64
+    for asked, held in ((70, 128), (64, 64), (1, 64)):
+        cache = model.new_cache(2, asked)
+        assert {k.shape[-2] for k, v in cache.layers} == {held}
+        assert all(v.shape[-2] == held for k, v in cache.layers)
+
+
 def test_the_record_hook_lists_each_op_call_with_the_tasks_shape_names(model):
     B, c = 3, model.config
     cache = model.new_cache(B, 8)
+    L = CACHE_ALIGN  # the cache's length: 8 positions asked for, rounded up
     model.prefill(torch.zeros(B, 4, dtype=torch.int64), cache)
     with model.ops.record() as calls:
         model.decode_step(torch.zeros(B, dtype=torch.int64), cache)
@@ -297,13 +309,15 @@ def test_the_record_hook_lists_each_op_call_with_the_tasks_shape_names(model):
     want = Counter({key("rmsnorm", T=B, H=H): 1, key("add_rmsnorm", T=B, H=H): 2 * n})
     if model.name == "llama":
         want[key("rope", T=B, Hq=c.n_heads, Hkv=c.n_kv_heads, D=c.head_dim)] = n
-        want[key("decode_attention", B=B, Hq=c.n_heads, Hkv=c.n_kv_heads, L=8, D=c.head_dim)] = n
+        want[key("decode_attention", B=B, Hq=c.n_heads, Hkv=c.n_kv_heads, L=L, D=c.head_dim)] = n
         want[key("silu_mul", T=B, I=c.ffn)] = n
     else:
         want[key("rmsnorm", T=B, H=c.q_lora_rank)] = n  # q_norm and kv_norm: 32 wide each here
         want[key("rmsnorm", T=B, H=c.kv_lora_rank)] += n
         want[key("rope", T=B, Hq=c.n_heads, Hkv=1, D=c.qk_rope_dim)] = n
-        want[key("decode_attention", B=B, Hq=c.n_heads, Hkv=1, L=8, D=c.kv_lora_rank + c.qk_rope_dim)] = n
+        # Keys are the whole cache entry (latent and rope), values the latent alone (MLA's absorbed decode).
+        want[key("decode_attention", B=B, Hq=c.n_heads, Hkv=1, L=L, D=c.kv_lora_rank + c.qk_rope_dim,
+                 Dv=c.kv_lora_rank)] = n
         want[key("silu_mul", T=B, I=c.dense_ffn)] = 1
         want[key("moe_route", T=B, E=256)] = 1
         want[key("silu_mul", T=B * 8, I=c.expert_ffn)] = 1  # routed experts: 8 token-slots per token
@@ -312,7 +326,7 @@ def test_the_record_hook_lists_each_op_call_with_the_tasks_shape_names(model):
     assert all(call.dtype == torch.float32 for call in calls)
     for call in calls:  # the names are the task's own: its input maker takes the recorded shape
         task = load_task(call.task)
-        assert set(call.shape) == set(task.cpu.public[0])
+        assert set(call.shape) in [set(shape) for shape in task.cpu.public]
     assert set(OPS) >= {call.task for call in calls}
 
 

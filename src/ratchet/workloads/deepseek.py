@@ -4,9 +4,10 @@ MLA (multi-head latent attention): the cache holds, per token, the RMS-normalize
 (kv_lora_rank wide) and one roped key shared by all heads (qk_rope_dim), [B, 1, L, latent + rope].
 Prefill expands the latent into per-head keys and values and runs causal attention. Decode absorbs the
 key up-projection into the query and the value up-projection into the output, so it is multi-query
-attention over the cache as it is: the ``decode_attention`` op with Hkv = 1, head size latent + rope,
-and the cache as both keys and values (the first kv_lora_rank channels of its output are the
-attention-weighted latent). That op scales scores by 1/sqrt(its head size); the query is pre-scaled
+attention over the cache as it is: the ``decode_attention`` op with Hkv = 1, keys of latent + rope
+(the whole cache) and values of the latent alone (a view of the same cache, its first kv_lora_rank
+channels), so the output is the attention-weighted latent, as DeepSeek-V3 runs it (no product over the
+rope channels, which a value of the whole cache would compute and throw away). That op scales scores by 1/sqrt(its head size); the query is pre-scaled
 so the product is MLA's 1/sqrt(qk_nope + qk_rope). RoPE is rotate-half (the rope task's convention;
 DeepSeek's checkpoints interleave pairs, which with random weights is only a permutation of columns),
 without YaRN scaling.
@@ -65,8 +66,8 @@ class MLAttention(nn.Module):
             q_lat = torch.bmm(q_nope.transpose(0, 1), w_kv[:, :dn])  # [H, T, R]
             q_abs = torch.cat([q_lat, q_pe.transpose(0, 1)], dim=-1).transpose(0, 1)  # [T, H, R + dr]
             q_abs = (q_abs * (self.scale * math.sqrt(R + dr))).contiguous()
-            o = ops.decode_attention(q_abs, cache, cache, step.attn_lens)  # [T, H, R + dr]
-            out = torch.bmm(o[..., :R].transpose(0, 1), w_kv[:, dn:].transpose(1, 2))  # [H, T, dv]
+            o = ops.decode_attention(q_abs, cache, cache[..., :R], step.attn_lens)  # [T, H, R]
+            out = torch.bmm(o.transpose(0, 1), w_kv[:, dn:].transpose(1, 2))  # [H, T, dv]
             out = out.transpose(0, 1)
         else:
             B, S = step.batch, step.seq

@@ -56,7 +56,8 @@ def _moe_route(logits, bias):
 
 def _decode_attention(q, k_cache, v_cache, seq_lens):
     # L is the padded cache length; seq_lens (on the device) says how much of it each row reads.
-    return {"B": q.shape[0], "Hq": q.shape[1], "Hkv": k_cache.shape[1], "L": k_cache.shape[2], "D": q.shape[2]}
+    shape = {"B": q.shape[0], "Hq": q.shape[1], "Hkv": k_cache.shape[1], "L": k_cache.shape[2], "D": q.shape[2]}
+    return shape if v_cache.shape[-1] == q.shape[2] else {**shape, "Dv": v_cache.shape[-1]}
 
 
 SHAPES: Mapping[str, Callable[..., dict[str, int]]] = {

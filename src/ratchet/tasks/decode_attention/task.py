@@ -27,16 +27,22 @@ def reference(q, k_cache, v_cache, seq_lens):
     valid = torch.arange(L, device=q.device)[None, :] < seq_lens[:, None].to(torch.int64)  # [B, L]
     scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
-    out = torch.matmul(probs.to(v_cache.dtype), v_cache)  # [B, Hkv, G, D]
-    return out.reshape(B, Hq, D).to(q.dtype)
+    out = torch.matmul(probs.to(v_cache.dtype), v_cache)  # [B, Hkv, G, Dv]
+    return out.reshape(B, Hq, v_cache.shape[-1]).to(q.dtype)
 
 
 def _min_len(L):
     return max(1, L // 8)
 
 
+def _value_width(shape):
+    """The values' width: D but where a shape says Dv (MLA's latent alone, 512 of the keys' 576)."""
+    return shape.get("Dv", shape["D"])
+
+
 def make_inputs(shape, dtype, device, generator):
     B, Hq, Hkv, L, D = shape["B"], shape["Hq"], shape["Hkv"], shape["L"], shape["D"]
+    Dv = _value_width(shape)
     G = Hq // Hkv
 
     def randn(*size):
@@ -67,12 +73,12 @@ def make_inputs(shape, dtype, device, generator):
     k.scatter_(2, last, self_key.unsqueeze(2))
     # Values ~ N(0, 1) plus an offset per (row, kv head, channel): outputs are O(1) rather than averages near
     # zero, and a query head reading the wrong kv head lands on other offsets.
-    v = randn(B, Hkv, L, D) + randn(B, Hkv, 1, D)
+    v = randn(B, Hkv, L, Dv) + randn(B, Hkv, 1, Dv)
     # Beyond seq_lens: finite junk (no NaN, so 0 * junk stays 0 for kernels that mask the weights) built to
     # dominate if read: keys 8x larger (scores 8x sharper: they take the softmax), values around +32 (any
     # weight they get moves the output).
     k = torch.where(valid, k, randn(B, Hkv, L, D) * 8.0)
-    v = torch.where(valid, v, randn(B, Hkv, L, D) * 8.0 + 32.0)
+    v = torch.where(valid, v, randn(B, Hkv, L, Dv) * 8.0 + 32.0)
     return q.to(dtype), k.to(dtype), v.to(dtype), seq_lens
 
 
@@ -85,12 +91,13 @@ def cost(shape, dtype):
     # The cost model sees only the shape, not the drawn seq_lens, so it counts their expectation: each timed
     # call draws fresh lengths and the median time follows the mean (B = 1 has no spread: its row is L).
     # Any kernel reads q, the valid keys and values (nothing beyond seq_lens), seq_lens, and writes out.
-    # Per query head and valid position: a D-long dot for the score, a D-long multiply-add into the output.
+    # Per query head and valid position: a D-long dot for the score, a Dv-long multiply-add into the output.
     B, Hq, Hkv, L, D = shape["B"], shape["Hq"], shape["Hkv"], shape["L"], shape["D"]
+    Dv = _value_width(shape)
     positions = expected_valid_positions(B, L)
-    kv = 2 * Hkv * D * positions * tensor_bytes((1,), dtype)
-    heads = 2 * tensor_bytes((B, Hq, D), dtype)
-    return Cost(bytes=kv + heads + tensor_bytes((B,), torch.int32), flops=4.0 * Hq * D * positions)
+    kv = Hkv * (D + Dv) * positions * tensor_bytes((1,), dtype)
+    heads = tensor_bytes((B, Hq, D), dtype) + tensor_bytes((B, Hq, Dv), dtype)
+    return Cost(bytes=kv + heads + tensor_bytes((B,), torch.int32), flops=2.0 * Hq * (D + Dv) * positions)
 
 
 def weight(shape):
@@ -121,9 +128,10 @@ _MODELS = ((32, 8, 128), (64, 8, 128))
 _LLAMA_8B_BL = ((1, 4096), (1, 32768), (1, 131072), (8, 4096), (8, 32768), (64, 4096), (256, 1024))
 _LLAMA_70B_BL = ((1, 4096), (1, 131072), (8, 32768), (64, 4096), (256, 1024))
 # DeepSeek-V3's MLA with the up-projections absorbed (what its decode runs, and the deepseek workload): all 128
-# query heads attend to one cached latent of 512 plus the 64-wide shared rope key, D = 576 (in the model
-# k_cache and v_cache are the same tensor; here they are two). A single stream at 32k and 32 streams at 8k:
-# 2 * 576 * B * L bytes of cache, at most 0.6 GiB.
+# query heads attend to one cached latent of 512 plus the 64-wide shared rope key, D = 576. The deepseek workload
+# passes its cache as keys and the cache's first 512 channels (the latent) as values, Dv = 512, as DeepSeek-V3
+# does (a CPU shape has it); here keys and values are two tensors of 576. A single stream at 32k and 32 streams
+# at 8k: 2 * 576 * B * L bytes of cache, at most 0.6 GiB.
 _DEEPSEEK_MLA = (128, 1, 576)
 _DEEPSEEK_BL = ((1, 32768), (32, 8192))
 
@@ -155,6 +163,8 @@ TASK = Task(
             {"B": 2, "Hq": 4, "Hkv": 4, "L": 129, "D": 32},
             # MLA-like: a 32-head group over one kv head of 576 (kernels that tile wide heads in blocks).
             {"B": 2, "Hq": 32, "Hkv": 1, "L": 63, "D": 576},
+            # ... and with the latent alone as the value, as DeepSeek-V3 runs it (v_cache narrower than k_cache).
+            {"B": 1, "Hq": 16, "Hkv": 1, "L": 40, "D": 576, "Dv": 512},
         ],
         held_out=ShapeRange(dims={"B": [1, 2, 3], "Hq": [4, 8], "Hkv": [1, 2, 4], "L": (17, 301), "D": [16, 32]},
                             count=2),
@@ -174,8 +184,9 @@ TASK = Task(
                "aten::_efficient_attention_forward"),
     description=(
         "Decode attention with grouped-query heads over a padded KV cache, as every decode step of Llama-3 "
-        "runs it in each layer: q [B, Hq, D] (one new token per sequence), k_cache and v_cache [B, Hkv, L, D], "
-        "all bf16, and seq_lens [B] int32. Query head h uses kv head h // (Hq // Hkv); row b attends to its "
+        "runs it in each layer: q [B, Hq, D] (one new token per sequence), k_cache [B, Hkv, L, D] and v_cache "
+        "[B, Hkv, L, Dv] (Dv = D but for MLA, whose value is its latent alone: Dv 512 of D 576; the output is "
+        "[B, Hq, Dv]), all bf16, and seq_lens [B] int32. Query head h uses kv head h // (Hq // Hkv); row b attends to its "
         "first seq_lens[b] positions only (lengths differ within a batch; what lies beyond is junk that must "
         "not be read into the result); out[b, h] = softmax(q . k / sqrt(D)) . v with fp32 scores, softmax and "
         "accumulation, rounded once to bf16 (apply the scale to the fp32 scores or to an fp32 q: a bf16 copy of "

@@ -19,7 +19,7 @@ def kernel(q, k_cache, v_cache, seq_lens, CHUNK=0):
     B, Hq, D = q.shape
     Hkv, L = k_cache.shape[1], k_cache.shape[2]
     G = Hq // Hkv
-    out = torch.empty_like(q)
+    out = torch.empty((B, Hq, v_cache.shape[-1]), dtype=q.dtype, device=q.device)  # values may be narrower (MLA)
     positions = torch.arange(L, device=q.device)
     step = CHUNK or max(B, 1)
     for start in range(0, B, step):
@@ -31,5 +31,5 @@ def kernel(q, k_cache, v_cache, seq_lens, CHUNK=0):
         invalid = positions[None, :] >= seq_lens[rows, None].to(torch.int64)  # [b, L]
         scores.masked_fill_(invalid[:, None, None, :], float("-inf"))
         probs = torch.softmax(scores, dim=-1)
-        out[rows] = torch.matmul(probs, v).reshape(-1, Hq, D).to(q.dtype)
+        out[rows] = torch.matmul(probs, v).reshape(-1, Hq, out.shape[-1]).to(q.dtype)
     return out

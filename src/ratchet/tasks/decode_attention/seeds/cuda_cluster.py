@@ -28,7 +28,7 @@ MAX_CLUSTER; with 17 or more pairs on 132 SMs a block takes a whole context and 
 
 Where the Triton split-K seed takes over (same file, so a run keeps one candidate for every shape): head
 sizes other than 64 and 128, more than 8 query heads per kv head (DeepSeek's MLA: 128 heads over one
-latent of 576), rows not on 16 bytes, and more than SPLIT_K_PAIRS_PER_SM (sequence, kv head) pairs per SM.
+latent of 576), values narrower than keys, rows not on 16 bytes, and more than SPLIT_K_PAIRS_PER_SM (sequence, kv head) pairs per SM.
 CONSUMERS, TILE and STAGES are -D defines: each is one cached build (ratchet.cuda_build); MAX_CLUSTER is a
 launch setting.
 
@@ -602,7 +602,8 @@ def takes(q, k_cache, v_cache, seq_lens):
     B, Hq, D = q.shape
     Hkv = k_cache.shape[1]
     return (q.dtype == k_cache.dtype == v_cache.dtype == torch.bfloat16 and seq_lens.dtype == torch.int32
-            and 0 < k_cache.shape[2] < 2**31 and D in HEAD_SIZES and Hkv > 0 and Hq % Hkv == 0
+            and 0 < k_cache.shape[2] < 2**31 and D in HEAD_SIZES and v_cache.shape == k_cache.shape
+            and Hkv > 0 and Hq % Hkv == 0
             and Hq // Hkv <= MAX_GROUP and q.stride(-1) == k_cache.stride(-1) == v_cache.stride(-1) == 1
             and all(_aligned(t) for t in (q, k_cache, v_cache)))
 

@@ -90,9 +90,9 @@ def _dot(a, b, EMULATE: tl.constexpr):
 @triton.jit
 def _decode_gqa(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr,
                 stride_qb, stride_qh, stride_kb, stride_kh, stride_kl, stride_vb, stride_vh, stride_vl,
-                stride_ob, stride_oh, scale, G, D,
+                stride_ob, stride_oh, scale, G, D, DV,
                 BLOCK_G: tl.constexpr, BLOCK_DA: tl.constexpr, BLOCK_DB: tl.constexpr, BLOCK_L: tl.constexpr,
-                EMULATE: tl.constexpr):
+                BLOCK_VA: tl.constexpr, BLOCK_VB: tl.constexpr, EMULATE: tl.constexpr):
     # Head blocks of one (sequence, kv head) are neighbours in launch order: they read the same keys and
     # values at about the same time, so all but the first read them from L2.
     g = tl.program_id(0) * BLOCK_G + tl.arange(0, BLOCK_G)
@@ -110,12 +110,18 @@ def _decode_gqa(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr,
         db = BLOCK_DA + tl.arange(0, BLOCK_DB)
         db_ok = db < D
         qb = tl.load(q_row + db[None, :], mask=head_ok[:, None] & db_ok[None, :], other=0.0)
-        acc_b = tl.zeros([BLOCK_G, BLOCK_DB], dtype=tl.float32)
+    # The values' width DV (D but for MLA's latent alone as the value) in two parts as well.
+    dva = tl.arange(0, BLOCK_VA)
+    dva_ok = dva < DV
+    if BLOCK_VB > 0:
+        dvb = BLOCK_VA + tl.arange(0, BLOCK_VB)
+        dvb_ok = dvb < DV
+        acc_b = tl.zeros([BLOCK_G, BLOCK_VB], dtype=tl.float32)
     k_row = k_ptr + b * stride_kb + kvh * stride_kh
     v_row = v_ptr + b * stride_vb + kvh * stride_vh
     m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     s = tl.zeros([BLOCK_G], dtype=tl.float32)
-    acc_a = tl.zeros([BLOCK_G, BLOCK_DA], dtype=tl.float32)
+    acc_a = tl.zeros([BLOCK_G, BLOCK_VA], dtype=tl.float32)
     # Every block starts below seq_len (>= 1), so it holds a valid position and m_new is finite: the first
     # alpha is exp(-inf) = 0, never NaN.
     for start in range(0, seq_len, BLOCK_L):
@@ -136,18 +142,18 @@ def _decode_gqa(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr,
         p = tl.exp(scores - m_new[:, None])
         s = s * alpha + tl.sum(p, axis=1)
         p16 = _bf16(p, EMULATE)
-        va = tl.load(v_at + da[None, :], mask=valid[:, None] & da_ok[None, :], other=0.0)
+        va = tl.load(v_at + dva[None, :], mask=valid[:, None] & dva_ok[None, :], other=0.0)
         acc_a = acc_a * alpha[:, None] + _dot(p16, va, EMULATE)
-        if BLOCK_DB > 0:
-            vb = tl.load(v_at + db[None, :], mask=valid[:, None] & db_ok[None, :], other=0.0)
+        if BLOCK_VB > 0:
+            vb = tl.load(v_at + dvb[None, :], mask=valid[:, None] & dvb_ok[None, :], other=0.0)
             acc_b = acc_b * alpha[:, None] + _dot(p16, vb, EMULATE)
         m = m_new
     out_row = out_ptr + b * stride_ob + heads[:, None] * stride_oh
-    tl.store(out_row + da[None, :], _bf16(acc_a / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
-             mask=head_ok[:, None] & da_ok[None, :])
-    if BLOCK_DB > 0:
-        tl.store(out_row + db[None, :], _bf16(acc_b / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
-                 mask=head_ok[:, None] & db_ok[None, :])
+    tl.store(out_row + dva[None, :], _bf16(acc_a / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
+             mask=head_ok[:, None] & dva_ok[None, :])
+    if BLOCK_VB > 0:
+        tl.store(out_row + dvb[None, :], _bf16(acc_b / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
+                 mask=head_ok[:, None] & dvb_ok[None, :])
 
 
 def _stages(width):
@@ -167,9 +173,9 @@ def kernel(q, k_cache, v_cache, seq_lens, BLOCK_L=64, num_warps=4):
     q, k_cache, v_cache = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k_cache, v_cache))
     seq_lens = seq_lens.contiguous()
     B, Hq, D = q.shape
-    Hkv = k_cache.shape[1]
+    Hkv, DV = k_cache.shape[1], v_cache.shape[-1]
     G = Hq // Hkv
-    out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
+    out = torch.empty((B, Hq, DV), dtype=q.dtype, device=q.device)
     if B == 0 or Hq == 0:
         return out
     block_g, block_da, block_db, block_l, head_blocks = tiles(G, D, BLOCK_L)
@@ -177,8 +183,9 @@ def kernel(q, k_cache, v_cache, seq_lens, BLOCK_L=64, num_warps=4):
         q, k_cache, v_cache, seq_lens, out,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
-        1.0 / math.sqrt(D), G, D,
+        1.0 / math.sqrt(D), G, D, DV,
         BLOCK_G=block_g, BLOCK_DA=block_da, BLOCK_DB=block_db, BLOCK_L=block_l,
+        BLOCK_VA=head_parts(DV)[0], BLOCK_VB=head_parts(DV)[1],
         EMULATE=_interpreted(), num_warps=num_warps, **_stages(block_da + block_db),
     )
     return out

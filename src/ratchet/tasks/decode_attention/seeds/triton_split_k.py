@@ -15,14 +15,17 @@ fill one wave of the programs that fit an SM by shared memory (measured in sessi
 pieces, see _split_count); with one piece (large batches) the first kernel writes the normalized output itself and
 the merge is skipped.
 The head dim goes in two power-of-two parts (DeepSeek-V3's absorbed MLA: G = 128, D = 576 = 512 + 64), as
-in triton_gqa.py. A group of 64 heads or more (MLA) goes in 64-head blocks on 8 warps, the rows of Hopper's
-warpgroup MMA; and where the values are the keys' own memory (MLA's latent cache is passed as both), each
-tile is loaded once and holds twice the positions.
+in triton_gqa.py, and so does the values' width (DV = D, or MLA's latent alone: 512). A group of 64 heads or
+more (MLA) goes in 64-head blocks on 8 warps, the rows of Hopper's warpgroup MMA; and where the values are
+the keys' own memory (MLA passes its cache as keys and its first 512 channels as values), each tile is
+loaded once and holds twice the positions.
 The EMULATE helpers make the interpreter (CPU tests) compute what the GPU does; see triton_gqa.py.
 On the H200 (2026-11-30, docs/measurements/2026-11-30-h200-session4): 16 us at B = 1, L = 4096 and 51-58 us
 at L = 32768 (issue 5 asks for 8 and 35), 0.85-0.92 of the roofline at B = 8 to 256. MLA (session 6): 89 us
-at B = 1, L = 32768 (eager reference 111) and 469 us at B = 32, L = 8192 (758); in the deepseek workload,
-with one cache for keys and values, the 32k step ran 1.27x torch.compile with CUDA graphs.
+at B = 1, L = 32768 (eager reference 111) and 469 us at B = 32, L = 8192 (758). With the latent alone as
+the value (session 14, B = 32): 1051 us at L = 32768 and 281 at 8192 (1117 and 302 with values of 576),
+level with the reference under torch.compile on an aligned cache (1043 and 289): at 128 heads a kv head the
+reference is two cuBLAS GEMMs.
 """
 
 import functools
@@ -81,8 +84,9 @@ def _dot(a, b, EMULATE: tl.constexpr):
 @triton.jit
 def _split_partials(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr, m_ptr, s_ptr, acc_ptr,
                     stride_qb, stride_qh, stride_kb, stride_kh, stride_kl, stride_vb, stride_vh, stride_vl,
-                    stride_ob, stride_oh, scale, Hq, Hkv, G, D, CHUNK, SPLITS,
+                    stride_ob, stride_oh, scale, Hq, Hkv, G, D, DV, CHUNK, SPLITS,
                     BLOCK_G: tl.constexpr, BLOCK_DA: tl.constexpr, BLOCK_DB: tl.constexpr, BLOCK_L: tl.constexpr,
+                    BLOCK_VA: tl.constexpr, BLOCK_VB: tl.constexpr,
                     SAME_KV: tl.constexpr, DIRECT: tl.constexpr, EMULATE: tl.constexpr):
     # Head blocks of one (sequence, kv head, piece) are neighbours in launch order: they read the same keys
     # and values at about the same time, so all but the first read them from L2.
@@ -104,12 +108,18 @@ def _split_partials(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr, m_ptr, s_ptr, acc_pt
         db = BLOCK_DA + tl.arange(0, BLOCK_DB)
         db_ok = db < D
         qb = tl.load(q_row + db[None, :], mask=head_ok[:, None] & db_ok[None, :], other=0.0)
-        acc_b = tl.zeros([BLOCK_G, BLOCK_DB], dtype=tl.float32)
+    # The values' width DV in two parts too (DV == D but for MLA with its latent alone as the value).
+    va_cols = tl.arange(0, BLOCK_VA)
+    va_ok = va_cols < DV
+    if BLOCK_VB > 0:
+        vb_cols = BLOCK_VA + tl.arange(0, BLOCK_VB)
+        vb_ok = vb_cols < DV
+        acc_b = tl.zeros([BLOCK_G, BLOCK_VB], dtype=tl.float32)
     k_row = k_ptr + b * stride_kb + kvh * stride_kh
     v_row = v_ptr + b * stride_vb + kvh * stride_vh
     m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     s = tl.zeros([BLOCK_G], dtype=tl.float32)
-    acc_a = tl.zeros([BLOCK_G, BLOCK_DA], dtype=tl.float32)
+    acc_a = tl.zeros([BLOCK_G, BLOCK_VA], dtype=tl.float32)
     lo = split * CHUNK  # CHUNK is a multiple of BLOCK_L: only seq_len cuts a block short
     for start in range(lo, tl.minimum(lo + CHUNK, seq_len), BLOCK_L):
         pos = start + cols
@@ -129,33 +139,35 @@ def _split_partials(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr, m_ptr, s_ptr, acc_pt
         p = tl.exp(scores - m_new[:, None])
         s = s * alpha + tl.sum(p, axis=1)
         p16 = _bf16(p, EMULATE)
-        # SAME_KV: the values are the keys' own memory (MLA's latent cache is both), already loaded.
+        # SAME_KV: the values are the keys' own memory (MLA's latent cache is both), already loaded; their
+        # parts are the keys' parts (kernel() checks), so a narrower value is the keys' first part alone.
         if SAME_KV:
             va = ka
         else:
-            va = tl.load(v_at + da[None, :], mask=valid[:, None] & da_ok[None, :], other=0.0)
+            va = tl.load(v_at + va_cols[None, :], mask=valid[:, None] & va_ok[None, :], other=0.0)
         acc_a = acc_a * alpha[:, None] + _dot(p16, va, EMULATE)
-        if BLOCK_DB > 0:
+        if BLOCK_VB > 0:
             if SAME_KV:
                 vb = kb
             else:
-                vb = tl.load(v_at + db[None, :], mask=valid[:, None] & db_ok[None, :], other=0.0)
+                vb = tl.load(v_at + vb_cols[None, :], mask=valid[:, None] & vb_ok[None, :], other=0.0)
             acc_b = acc_b * alpha[:, None] + _dot(p16, vb, EMULATE)
         m = m_new
     if DIRECT:  # one piece holds the whole context: normalize and write the output here
         out_row = out_ptr + b * stride_ob + heads[:, None] * stride_oh
-        tl.store(out_row + da[None, :], _bf16(acc_a / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
-                 mask=head_ok[:, None] & da_ok[None, :])
-        if BLOCK_DB > 0:
-            tl.store(out_row + db[None, :], _bf16(acc_b / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
-                     mask=head_ok[:, None] & db_ok[None, :])
+        tl.store(out_row + va_cols[None, :], _bf16(acc_a / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
+                 mask=head_ok[:, None] & va_ok[None, :])
+        if BLOCK_VB > 0:
+            tl.store(out_row + vb_cols[None, :], _bf16(acc_b / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
+                     mask=head_ok[:, None] & vb_ok[None, :])
     else:
-        row = (b * Hq + heads) * SPLITS + split  # workspace [B, Hq, SPLITS] (and [..., D] for acc)
+        row = (b * Hq + heads) * SPLITS + split  # workspace [B, Hq, SPLITS] (and [..., DV] for acc)
         tl.store(m_ptr + row, m, mask=head_ok)
         tl.store(s_ptr + row, s, mask=head_ok)
-        tl.store(acc_ptr + row[:, None] * D + da[None, :], acc_a, mask=head_ok[:, None] & da_ok[None, :])
-        if BLOCK_DB > 0:
-            tl.store(acc_ptr + row[:, None] * D + db[None, :], acc_b, mask=head_ok[:, None] & db_ok[None, :])
+        tl.store(acc_ptr + row[:, None] * DV + va_cols[None, :], acc_a, mask=head_ok[:, None] & va_ok[None, :])
+        if BLOCK_VB > 0:
+            tl.store(acc_ptr + row[:, None] * DV + vb_cols[None, :], acc_b,
+                     mask=head_ok[:, None] & vb_ok[None, :])
 
 
 @triton.jit
@@ -256,6 +268,15 @@ def _programs_per_sm(block_g, width, block_l, same_kv):
     return max(1, min(_PROGRAMS_PER_SM, _SHARED_PER_SM // tile))
 
 
+def _same_kv(k_cache, v_cache):
+    """The values are the keys' own memory, so each tile is loaded once: MLA passes its latent cache as both,
+    whole (D == DV) or with the latent alone as the value (DV the keys' first power-of-two part, 512 of 576,
+    as DeepSeek-V3 runs it: no product over the rope channels)."""
+    D, DV = k_cache.shape[-1], v_cache.shape[-1]
+    return (k_cache.data_ptr() == v_cache.data_ptr() and k_cache.shape[:-1] == v_cache.shape[:-1]
+            and k_cache.stride() == v_cache.stride() and (DV == D or (DV < D and DV == head_parts(D)[0])))
+
+
 def _floor_pow2(n):
     return 1 << (max(1, n).bit_length() - 1)
 
@@ -275,17 +296,16 @@ def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4, WID
     q, k_cache, v_cache = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k_cache, v_cache))
     seq_lens = seq_lens.contiguous()
     B, Hq, D = q.shape
-    Hkv, L = k_cache.shape[1], k_cache.shape[2]
+    Hkv, L, DV = k_cache.shape[1], k_cache.shape[2], v_cache.shape[-1]
     G = Hq // Hkv
-    out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
+    out = torch.empty((B, Hq, DV), dtype=q.dtype, device=q.device)
     if B == 0 or Hq == 0:
         return out
     if WIDE_WARPS and G >= _WGMMA_ROWS:
         num_warps = WIDE_WARPS
-    # MLA passes its latent cache as both keys and values: each tile is then loaded once (SAME_KV).
-    same_kv = (k_cache.data_ptr() == v_cache.data_ptr() and k_cache.shape == v_cache.shape
-               and k_cache.stride() == v_cache.stride())
+    same_kv = _same_kv(k_cache, v_cache)
     block_g, block_da, block_db, block_l, head_blocks = tiles(G, D, BLOCK_L, num_warps, same_kv)
+    block_va, block_vb = head_parts(DV)
     splits = _split_count(B * Hkv * head_blocks, L, block_l, q.device, SPLITS, G,
                           wgmma=block_g >= _WGMMA_ROWS and num_warps >= 8,
                           per_sm=_programs_per_sm(block_g, block_da + block_db, block_l, same_kv)
@@ -299,20 +319,20 @@ def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4, WID
     else:
         m_ws = torch.empty((B, Hq, splits), dtype=torch.float32, device=q.device)
         s_ws = torch.empty((B, Hq, splits), dtype=torch.float32, device=q.device)
-        acc_ws = torch.empty((B, Hq, splits, D), dtype=torch.float32, device=q.device)
+        acc_ws = torch.empty((B, Hq, splits, DV), dtype=torch.float32, device=q.device)
     _split_partials[(head_blocks, B * Hkv, splits)](
         q, k_cache, v_cache, seq_lens, out, m_ws, s_ws, acc_ws,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
-        1.0 / math.sqrt(D), Hq, Hkv, G, D, chunk, splits,
-        BLOCK_G=block_g, BLOCK_DA=block_da, BLOCK_DB=block_db, BLOCK_L=block_l,
+        1.0 / math.sqrt(D), Hq, Hkv, G, D, DV, chunk, splits,
+        BLOCK_G=block_g, BLOCK_DA=block_da, BLOCK_DB=block_db, BLOCK_L=block_l, BLOCK_VA=block_va, BLOCK_VB=block_vb,
         SAME_KV=same_kv, DIRECT=direct, EMULATE=emulate, num_warps=num_warps,
         # Two pipeline stages for wide heads: fewer copies of the [16, 576] key and value tiles in flight.
         **({"num_stages": 2} if block_da + block_db > 256 else {}),
     )
     if not direct:
-        _merge_splits[(B, Hq)](m_ws, s_ws, acc_ws, out, out.stride(0), out.stride(1), Hq, D, splits,
-                               SPLITS_P2=triton.next_power_of_2(splits), BLOCK_D=max(16, triton.next_power_of_2(D)),
+        _merge_splits[(B, Hq)](m_ws, s_ws, acc_ws, out, out.stride(0), out.stride(1), Hq, DV, splits,
+                               SPLITS_P2=triton.next_power_of_2(splits), BLOCK_D=max(16, triton.next_power_of_2(DV)),
                                MERGE_BLOCK=min(8, triton.next_power_of_2(splits)), EMULATE=emulate,
                                num_warps=4)
     return out
