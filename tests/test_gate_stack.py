@@ -19,9 +19,11 @@ import pytest
 import torch
 
 from ratchet.cli import main
-from ratchet.gate import CaptureBreak, CaptureSimulation, gate_path
+from ratchet.gate import (LOGITS_MARGIN, PERTURBATION_DRAWS, CaptureBreak, CaptureSimulation, GateRequest, _Gate,
+                          default_grid, gate_path, logits_budget)
 from ratchet.ledger import Ledger, config_key, source_sha256
-from ratchet.workload_timing import CPU_STEP_POLICY, Timing, compare
+from ratchet.workload_timing import CPU_STEP_POLICY, DecodeBench, Timing, compare
+from ratchet.workloads.registry import reference as op_reference
 
 # Correct, and a little faster than the reference on the tiny workload's rows (measured 8.8 vs 9.4 us a
 # call on the CPU): the sum of squares by vector_norm, the scale in place.
@@ -222,6 +224,71 @@ def test_a_wrong_kernel_fails_on_the_logits(lab):
     assert first["reason"] == "logits" and first["logits_err"] > 100 * first["logits_budget"]
     assert first["kernel_us"] is None
     assert out["reasons"][0]["code"] == "logits"
+
+
+def test_a_moe_workload_gates_with_the_routing_pinned(lab):
+    # deepseek routes tokens through moe_route: the gate replays the baseline's routing in every run of a
+    # setting, says so, and a correct rmsnorm passes; llama has no router, and moe_route itself is never
+    # pinned while it is the op under test.
+    code, out, _ = cli("gate", lab.good, "--workload", "deepseek", "--json", "--ledger", str(lab.path),
+                       "--contexts", "64", "--batches", "1,4", "--prefill", "1x32")
+    out = json.loads(out)
+    assert code == 0 and out["verdict"] == "pass", out["reasons"]
+    assert [s["pinned"] for s in out["settings"]] == [["moe_route"]] * 3
+    assert all(s["logits_err"] <= s["logits_budget"] for s in out["settings"])
+    assert all(s["pinned"] == [] for s in lab.good_gate[1]["settings"])  # llama
+    code, text, _ = cli("gate", lab.good, "--workload", "deepseek", "--ledger", str(lab.path), "--contexts", "64",
+                        "--batches", "1", "--prefill", "none")
+    assert code == 0 and "moe_route pinned at the baseline's outputs" in text
+
+
+def test_pinned_routing_replays_the_baselines_choices_whatever_comes_before():
+    # An rmsnorm that negates its output changes every router input: unpinned, the experts chosen change;
+    # pinned, each moe_route call of a step returns what the reference chose there in the baseline run.
+    request = GateRequest(run="r", workload="deepseek", size="tiny", device="cpu", grid=default_grid("tiny"))
+    gate = _Gate(request, "rmsnorm", lambda x, w, eps: -op_reference("rmsnorm")(x, w, eps), CPU_STEP_POLICY)
+    bench = DecodeBench(gate.model, 4, 16, slack=4, seed=0)
+    step = bench.runner(cuda_graph=False).step
+
+    def routing(impls):
+        seen, inner = [], impls.get("moe_route", op_reference("moe_route"))
+
+        def watch(*args):
+            out = inner(*args)
+            seen.append(tuple(t.clone() for t in out))
+            return out
+        gate.one(step, {**impls, "moe_route": watch}, bench.reset)
+        return seen
+
+    baseline = routing({})
+    assert gate.pins == {}
+    gate.pin_routing(step, bench.reset)
+    assert set(gate.pins) == {"moe_route"}
+    for _ in range(2):  # every step replays the same calls, in order
+        pinned = routing(gate.cand)
+        assert len(pinned) == len(baseline) >= 1
+        assert all(torch.equal(a, b) for got, want in zip(pinned, baseline) for a, b in zip(got, want))
+    unpinned = routing({"rmsnorm": gate.kernel})
+    assert any(not torch.equal(got[1], want[1]) for got, want in zip(unpinned, baseline))
+    moe = _Gate(GateRequest(run="r", workload="deepseek", size="tiny", device="cpu", grid=default_grid("tiny")),
+                "moe_route", op_reference("moe_route"), CPU_STEP_POLICY)
+    moe.pin_routing(step, bench.reset)
+    assert moe.pins == {}
+
+
+def test_the_logits_budget_takes_the_draw_that_moved_most():
+    # A MoE router turns a small change into a jump (an expert choice flips) or into nothing: the budget is
+    # LOGITS_MARGIN x the largest move over the tolerance-edge draws, plus the baseline's repeat spread.
+    base = torch.zeros(2, 8)
+    quiet, jump = base + 0.05, base.clone()
+    jump[1, 3] = 0.7
+    spread = base.clone()
+    spread[0, 0] = 0.01
+    assert PERTURBATION_DRAWS >= 3
+    assert logits_budget(base, spread, base, [quiet, quiet]) == pytest.approx(LOGITS_MARGIN * 0.05 + 0.01)
+    assert logits_budget(base, spread, base, [quiet, jump, quiet]) == pytest.approx(LOGITS_MARGIN * 0.7 + 0.01)
+    # Moves are measured from the baseline on the draws' own path (eager on a GPU), not from the graph's.
+    assert logits_budget(base, base, base + 0.05, [quiet]) == 0.0
 
 
 def test_the_table_and_the_exit_codes(lab):

@@ -15,16 +15,21 @@ kernel (its source and config, from the ledger) goes into the workload's op regi
    the workload around it (whose capture the GPU tests cover). Not simulated: host-to-device copies of
    new tensors and allocator behaviour; those only a real capture shows.
 2. Logits: one step from the same state with and without the kernel (the timed path: graph replays on a
-   GPU). The tolerance is the task's own, carried through the model: the baseline is run once more
-   with every output of the op moved to the edge of the task's tolerance for its dtype (each element
-   by ``atol + rtol * |out|``, random sign), and the kernel's logits may differ from the baseline's by
-   at most ``LOGITS_MARGIN`` times what that moved, plus the baseline's own repeat-to-repeat spread. An
+   GPU). The tolerance is the task's own, carried through the model: the baseline is run again with
+   every output of the op moved to the edge of the task's tolerance for its dtype (each element by
+   ``atol + rtol * |out|``, random sign), once for each of ``PERTURBATION_DRAWS`` draws of the signs,
+   and the kernel's logits may differ from the baseline's by at most ``LOGITS_MARGIN`` times the most
+   any draw moved them, plus the baseline's own repeat-to-repeat spread (several draws: one sign
+   pattern may move them less than another). A MoE router's decisions are pinned at the baseline's for
+   every one of these runs (``pin_routing``): its top-k turns a change far inside any tolerance into a
+   jump when a near-tie flips an expert, which compares the luck of a tie, not the kernel. An
    honest kernel sits well inside its tolerance; a kernel that breaks on the workload's tensors
    (strides, layouts, lengths the judge's shapes missed) is off by orders of magnitude. Non-finite
    logits where the baseline's are finite fail. For ``top_p_sampling`` (whose draws come after the
    logits) the drawn tokens must be valid ids; their statistics are the judge's business.
-3. Time: baseline and with-kernel steps in alternating batches (``ratchet.workload_timing``); a
-   setting fails when the kernel is slower beyond noise.
+3. Time: baseline and with-kernel steps in alternating batches (``ratchet.workload_timing``), the router
+   pinned as in 2 (both sides run the same experts); a setting fails when the kernel is slower beyond
+   noise.
 
 A correctness failure (capture, logits, a kernel that raises) stops the gate: later settings are
 skipped. Slowness does not: the table shows every setting where it is slow. The outcome is written to
@@ -58,6 +63,8 @@ from ratchet.workloads.registry import reference
 from ratchet.workloads.runner import random_tokens
 
 LOGITS_MARGIN = 4.0  # how many times the tolerance-edge baseline's deviation the kernel may differ by
+PERTURBATION_DRAWS = 3  # draws of the tolerance-edge signs; the budget takes the one that moved most
+ROUTER_OP = "moe_route"  # its decisions are pinned at the baseline's while another op is gated (pin_routing)
 SAMPLING_OPS = ("top_p_sampling",)
 TOP_P = 0.9  # the nucleus the gate samples with when the op under test is a sampler
 
@@ -225,6 +232,7 @@ class SettingResult:
     comparison: Comparison | None = None
     logits_err: float | None = None
     logits_budget: float | None = None
+    pinned: tuple[str, ...] = ()  # ops replayed at the baseline's outputs in every run of the setting
 
     @property
     def label(self) -> str:
@@ -247,7 +255,7 @@ class SettingResult:
             "p_slower": self.comparison.p_slower if self.comparison else None,
             "batches": self.baseline.batches if self.baseline else None,
             "steps_per_batch": [self.baseline.steps_per_batch, self.kernel.steps_per_batch] if self.kernel else None,
-            "logits_err": self.logits_err, "logits_budget": self.logits_budget,
+            "logits_err": self.logits_err, "logits_budget": self.logits_budget, "pinned": list(self.pinned),
         }
 
 
@@ -365,8 +373,15 @@ class _Gate:
         self.ops = self.model.ops
         self.task = load_task(op)
         self.top_p = TOP_P if op in SAMPLING_OPS else None
-        self.base: dict = {}
-        self.cand = {op: kernel}
+        self.pins: dict = {}  # ops replaced by a replay of the baseline's outputs (pin_routing)
+
+    @property
+    def base(self) -> dict:
+        return dict(self.pins)
+
+    @property
+    def cand(self) -> dict:
+        return {**self.pins, self.op: self.kernel}
 
     # -- helpers ---------------------------------------------------------------------------------------
     def check_op_is_called(self) -> None:
@@ -379,10 +394,11 @@ class _Gate:
             raise GateError(f"the {self.req.workload} workload never calls op '{self.op}' (it calls: {called}); "
                             f"there is nothing to gate")
 
-    def perturbed(self) -> Callable:
-        """The reference op with every float output moved to the edge of the task's tolerance."""
+    def perturbed(self, draw: int = 0) -> Callable:
+        """The reference op with every float output moved to the edge of the task's tolerance (signs from
+        draw number ``draw``)."""
         ref = reference(self.op)
-        g = torch.Generator(device=self.model.device).manual_seed(self.req.seed + 7)
+        g = torch.Generator(device=self.model.device).manual_seed(self.req.seed + 7 + 1000 * draw)
         tolerances = self.task.tolerances
 
         def nudge(t):
@@ -401,9 +417,45 @@ class _Gate:
 
         return call
 
-    def logits_check(self, res: SettingResult, base1, base2, cand, base_e, pert_e, cand_tokens=None) -> bool:
+    def perturbations(self, run: Callable, reset: Callable) -> list[torch.Tensor]:
+        """The logits of ``run`` with the op at the tolerance edge, one per draw of the signs."""
+        return [self.one(run, {**self.pins, self.op: self.perturbed(draw)}, reset)
+                for draw in range(PERTURBATION_DRAWS)]
+
+    def pin_routing(self, run: Callable, reset: Callable) -> None:
+        """Freeze a MoE router's decisions at the baseline's for this setting: every later run (baseline,
+        kernel, tolerance-edge draws, timing) gets, at each moe_route call of a step, what the reference
+        router chose there in one eager baseline run. A router's top-k turns a change far inside any
+        tolerance into a jump of the logits when a near-tie flips an expert (an exact fp32 rmsnorm moved
+        the full deepseek's logits 0.71 where one tolerance-edge draw moved them 0.06 and another 1.05;
+        H200, 2026-12-01, session 14): with the routing fixed, the logits compare the kernel, not the luck
+        of a tie. Nothing is pinned when the op under test is the router itself."""
+        self.pins = {}
+        if self.op == ROUTER_OP:
+            return
+        router = reference(ROUTER_OP)
+        recorded: list[tuple[torch.Tensor, ...]] = []
+
+        def recording(*args):
+            out = router(*args)
+            recorded.append(tuple(t.clone() for t in out))
+            return out
+
+        self.one(run, {ROUTER_OP: recording}, reset)
+        if not recorded:  # the workload has no router
+            return
+        position = [0]  # which of a step's router calls comes next; every step makes all of them
+
+        def replay(*args):
+            out = recorded[position[0] % len(recorded)]
+            position[0] += 1
+            return tuple(t.clone() for t in out)
+
+        self.pins = {ROUTER_OP: replay}
+
+    def logits_check(self, res: SettingResult, base1, base2, cand, base_e, perts, cand_tokens=None) -> bool:
         res.logits_err = err = _max_abs(cand, base1)
-        res.logits_budget = budget = LOGITS_MARGIN * _max_abs(pert_e, base_e) + _max_abs(base2, base1)
+        res.logits_budget = budget = logits_budget(base1, base2, base_e, perts)
         if bool((~torch.isfinite(cand) & torch.isfinite(base1)).any()):
             res.fail("logits", "non-finite logits with the kernel where the baseline's are finite")
             return False
@@ -446,6 +498,8 @@ class _Gate:
         res = SettingResult("decode", batch, context, "on" if self.cuda else "simulated")
         bench = DecodeBench(self.model, batch, context, slack=self.policy.max_steps + 4, seed=self.req.seed,
                             top_p=self.top_p)
+        self.pin_routing(bench.runner(cuda_graph=False).step, bench.reset)
+        res.pinned = tuple(self.pins)
         apply_impls(self.ops, self.base)
         try:
             base_step = bench.runner(cuda_graph=self.cuda)
@@ -478,8 +532,8 @@ class _Gate:
             return res.fail("kernel_error", f"{type(exc).__name__}: {exc}")
         eager = bench.runner(cuda_graph=False) if self.cuda else base_step
         base_e = self.one(eager.step, self.base, bench.reset) if self.cuda else base1
-        pert_e = self.one(eager.step, {self.op: self.perturbed()}, bench.reset)
-        if not self.logits_check(res, base1, base2, cand, base_e, pert_e, cand_tokens):
+        perts = self.perturbations(eager.step, bench.reset)
+        if not self.logits_check(res, base1, base2, cand, base_e, perts, cand_tokens):
             return res
         try:
             self.timed(res, base_step.step, cand_step.step, bench.reset)
@@ -498,20 +552,29 @@ class _Gate:
         def nothing():
             pass
 
+        self.pin_routing(run, nothing)
+        res.pinned = tuple(self.pins)
         base1 = self.one(run, self.base, nothing)
         base2 = self.one(run, self.base, nothing)
         try:
             cand = self.one(run, self.cand, nothing)
         except Exception as exc:
             return res.fail("kernel_error", f"{type(exc).__name__}: {exc}")
-        pert = self.one(run, {self.op: self.perturbed()}, nothing)
-        if not self.logits_check(res, base1, base2, cand, base1, pert):
+        perts = self.perturbations(run, nothing)
+        if not self.logits_check(res, base1, base2, cand, base1, perts):
             return res
         try:
             self.timed(res, run, run, nothing)
         except _KernelFailed as exc:
             return res.fail("kernel_error", str(exc))
         return res
+
+
+def logits_budget(base1: torch.Tensor, base2: torch.Tensor, base_e: torch.Tensor, perts: list[torch.Tensor]) -> float:
+    """How far the kernel's logits may be from the baseline's: LOGITS_MARGIN times the most a
+    tolerance-edge draw moved them (from ``base_e``, the baseline on the same path as the draws), plus
+    the baseline's own repeat-to-repeat spread."""
+    return LOGITS_MARGIN * max(_max_abs(p, base_e) for p in perts) + _max_abs(base2, base1)
 
 
 def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:

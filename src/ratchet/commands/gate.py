@@ -123,6 +123,10 @@ def print_gate(result) -> None:
         kern = f"{_us(s.kernel.median_us)}" if s.kernel else "-"
         verdict = s.verdict + (f" ({s.reason})" if s.reason else "")
         print(f"{s.label:<22} {s.graphs:<9} {base:>12} {kern:>12} {ratio:>7} {noise:>6} {logits:>19}  {verdict}")
+    pinned = sorted({op for s in result.settings for op in s.pinned})
+    if pinned:
+        print(f"- {', '.join(pinned)} pinned at the baseline's outputs in every run of a setting (a router's near-ties "
+              f"would otherwise flip experts and compare luck, not the kernel)")
     for note in result.notes:
         print(f"- {note}")
     if result.passed:
