@@ -394,7 +394,7 @@ class _Gate:
             raise GateError(f"the {self.req.workload} workload never calls op '{self.op}' (it calls: {called}); "
                             f"there is nothing to gate")
 
-    def perturbed(self, draw: int = 0) -> Callable:
+    def perturbed(self, draw: int) -> Callable:
         """The reference op with every float output moved to the edge of the task's tolerance (signs from
         draw number ``draw``)."""
         ref = reference(self.op)
@@ -498,7 +498,8 @@ class _Gate:
         res = SettingResult("decode", batch, context, "on" if self.cuda else "simulated")
         bench = DecodeBench(self.model, batch, context, slack=self.policy.max_steps + 4, seed=self.req.seed,
                             top_p=self.top_p)
-        self.pin_routing(bench.runner(cuda_graph=False).step, bench.reset)
+        eager = bench.runner(cuda_graph=False)  # the routing's recording and the tolerance-edge draws run eager
+        self.pin_routing(eager.step, bench.reset)
         res.pinned = tuple(self.pins)
         apply_impls(self.ops, self.base)
         try:
@@ -530,7 +531,6 @@ class _Gate:
             cand_tokens = bench.tokens.clone() if self.top_p is not None else None
         except Exception as exc:
             return res.fail("kernel_error", f"{type(exc).__name__}: {exc}")
-        eager = bench.runner(cuda_graph=False) if self.cuda else base_step
         base_e = self.one(eager.step, self.base, bench.reset) if self.cuda else base1
         perts = self.perturbations(eager.step, bench.reset)
         if not self.logits_check(res, base1, base2, cand, base_e, perts, cand_tokens):

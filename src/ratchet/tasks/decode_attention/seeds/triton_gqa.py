@@ -179,13 +179,14 @@ def kernel(q, k_cache, v_cache, seq_lens, BLOCK_L=64, num_warps=4):
     if B == 0 or Hq == 0:
         return out
     block_g, block_da, block_db, block_l, head_blocks = tiles(G, D, BLOCK_L)
+    block_va, block_vb = head_parts(DV)  # the values' width in parts, as the keys' (DV < D: MLA's latent alone)
     _decode_gqa[(head_blocks, B, Hkv)](
         q, k_cache, v_cache, seq_lens, out,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
         1.0 / math.sqrt(D), G, D, DV,
         BLOCK_G=block_g, BLOCK_DA=block_da, BLOCK_DB=block_db, BLOCK_L=block_l,
-        BLOCK_VA=head_parts(DV)[0], BLOCK_VB=head_parts(DV)[1],
+        BLOCK_VA=block_va, BLOCK_VB=block_vb,
         EMULATE=_interpreted(), num_warps=num_warps, **_stages(block_da + block_db),
     )
     return out
