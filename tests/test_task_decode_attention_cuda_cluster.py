@@ -52,6 +52,8 @@ def test_takes_llama_layouts_and_leaves_the_rest_to_split_k(seed):
     odd = flat[4:].view(1, 8, 64, 128)  # 8 bytes in: the copy engine cannot start there
     assert not seed.takes(q, odd, odd, lens)
     assert not seed.takes(q, k.expand(2, -1, -1, -1), v, lens.expand(2))  # a broadcast batch (stride 0)
+    turned = k.transpose(1, 2).contiguous().transpose(1, 2)  # [B, L, Hkv, D] seen as [B, Hkv, L, D]
+    assert not seed.takes(q, turned, turned, lens)  # a head's rows are not one contiguous run
     assert not seed.takes(q.float(), k, v, lens)
     assert not seed.takes(q, k, v, lens.long())
 
@@ -101,14 +103,14 @@ def test_gpu_edge_lengths(seed, lengths):
 @pytest.mark.gpu
 def test_gpu_strided_caches_and_nan_junk_past_the_lengths(seed):
     q, k, v, lens = _gpu_inputs({"B": 2, "Hq": 32, "Hkv": 8, "L": 700, "D": 128}, seed=2, lengths=(700, 333))
-    # Rows of a longer cache, and a [B, L, Hkv, D] cache seen as [B, Hkv, L, D].
+    # Rows of a longer cache, and a [B, L, Hkv, D] cache seen as [B, Hkv, L, D] (split-K's).
     big_k = torch.zeros(2, 8, 1400, 128, dtype=BF16, device="cuda")
     big_v = torch.zeros_like(big_k)
     big_k[:, :, :700], big_v[:, :, :700] = k, v
     sliced = (q, big_k[:, :, :700], big_v[:, :, :700], lens)
     turned = (q, k.transpose(1, 2).contiguous().transpose(1, 2), v.transpose(1, 2).contiguous().transpose(1, 2), lens)
+    assert seed.takes(*sliced) and not seed.takes(*turned)  # the second goes to split-K
     for inputs in (sliced, turned):
-        assert seed.takes(*inputs)
         _assert_close(seed.kernel(*inputs), inputs)
     # NaN past a row's length: never read into the result (the reference would turn it into NaN, so the
     # expected values come from the same cache with finite junk).
