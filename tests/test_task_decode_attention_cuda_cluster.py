@@ -72,13 +72,14 @@ def _assert_close(out, inputs):
     assert _ratio(out.cpu(), ref.cpu()) < MARGIN
 
 
-# Llama-3-8B and 70B at B = 1 (a 16-block cluster), a batch of 3 with a group of 5 (clusters of 5), D = 64
-# with a group of 8, and many pairs (one block a row, no cluster).
+# Llama-3-8B and 70B at B = 1 (clusters of 8, of 16 in the last config), a batch of 3 with a group of 5
+# (clusters of 5), D = 64 with a group of 8, and many pairs (one block a row, no cluster).
 GPU_SHAPES = [{"B": 1, "Hq": 32, "Hkv": 8, "L": 4096, "D": 128}, {"B": 1, "Hq": 64, "Hkv": 8, "L": 9000, "D": 128},
               {"B": 3, "Hq": 40, "Hkv": 8, "L": 1001, "D": 128}, {"B": 2, "Hq": 32, "Hkv": 4, "L": 3000, "D": 64},
               {"B": 64, "Hq": 32, "Hkv": 8, "L": 700, "D": 128}]
-# The default, the other consumer count with a 64-position tile, and the smallest tile with the most stages.
-GPU_CONFIGS = [{}, {"CONSUMERS": 4, "TILE": 64, "STAGES": 4}, {"TILE": 32, "STAGES": 6, "MAX_CLUSTER": 8}]
+# The default, the other consumer count with a 64-position tile, and the smallest tile with the most stages
+# and the larger cluster cap.
+GPU_CONFIGS = [{}, {"CONSUMERS": 4, "TILE": 64, "STAGES": 4}, {"TILE": 32, "STAGES": 6, "MAX_CLUSTER": 16}]
 
 
 @pytest.mark.gpu

@@ -55,7 +55,15 @@ of the same bytes with nothing else takes 32.9, and of L = 4096's 8.1 (so 8 us t
 the protocol). One box a tile over a 5-d view (whole 256-byte rows, swizzled) gained 1%. This version, bulk
 copies with lane reads and movmatrix: 13.22 / 38.62 / 126.11 us at B = 1, L = 4096 / 32768 / 131072,
 against 13.41 / 41.57 / 138.93 for the boxes in the same run; 1-6% faster at B = 8 and 64 and for 70B's
-heads; D = 64 1% slower.
+heads; D = 64 1% slower. Where the time goes at L = 32768 (switches in a copy of this source): without the
+cluster merge 1.9 us less, without the math 1.8 less, without both 35.3 against the 32.9 of a bare read. A
+merge by pushes (each block writes the others' slices into their shared memory and arrives on their
+mbarrier, no cluster barrier at the end) was 0-5% slower.
+
+MAX_CLUSTER 8 is the default since session 15 (call 8, judged on one machine): 13.12 / 38.99 / 128.27 us at
+B = 1, L = 4096 / 32768 / 131072 against 13.31 / 43.09 / 145.30 with 16, within 1% of 16 elsewhere. 16 is
+the less predictable: 39.4 and 125.9 on call 5's machine, 43.1 and 145.3 on call 8's; 8 gave 38.6-39.0 on
+both machines where it was measured. Session 13 had found 16 better with the tensor-map boxes.
 """
 
 import functools
@@ -65,7 +73,7 @@ import torch
 from ratchet.cuda_build import load_cached
 from ratchet.tasks.decode_attention.seeds import triton_split_k
 
-SPACE = {"CONSUMERS": [8, 4], "TILE": [128, 64, 32], "STAGES": [3, 4, 6], "MAX_CLUSTER": [16, 8]}
+SPACE = {"CONSUMERS": [8, 4], "TILE": [128, 64, 32], "STAGES": [3, 4, 6], "MAX_CLUSTER": [8, 16]}
 # The ring fits an sm_90 block's 227 KB of shared memory at D = 128 (TILE x 512 bytes a stage; shared_bytes).
 CONSTRAINTS = ["TILE * STAGES <= 384"]
 
@@ -619,7 +627,7 @@ def takes(q, k_cache, v_cache, seq_lens):
             and all(_aligned(t) for t in (q, k_cache, v_cache)))
 
 
-def kernel(q, k_cache, v_cache, seq_lens, CONSUMERS=8, TILE=128, STAGES=3, MAX_CLUSTER=16):
+def kernel(q, k_cache, v_cache, seq_lens, CONSUMERS=8, TILE=128, STAGES=3, MAX_CLUSTER=8):
     # The build comes first: without a CUDA toolkit the first call is a build error (compile_error to the
     # judge), as for the other CUDA seeds.
     module = load_cached("ratchet_decode_cluster", CUDA_SRC, CPP_SRC, ["decode"],
