@@ -42,6 +42,14 @@ def timed_median_us(fn, flush, reps: int) -> float:
     return statistics.median(times)
 
 
+def emit_table(lines: list[str], out: Path | None) -> None:
+    """Print a finished table, and write it to ``out`` too when given (its folder made)."""
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def calls() -> dict[str, tuple]:
     """name -> (function, bytes moved): a 268 MB rmsnorm (the task's largest H=4096 shape) and copies."""
     sys.path.insert(0, str(SEED_DIR))
@@ -83,10 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             us = timed_median_us(fn, flush, args.reps)
             lines.append(f"| {name} | {label} | {us:.1f} | {nbytes / us / 1e6:.2f} |")
             print(lines[-1], flush=True)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    emit_table(lines, args.out)
     return 0
 
 

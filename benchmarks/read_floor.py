@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from flush_cost import timed_median_us
+from flush_cost import emit_table, timed_median_us
 from subset import parse_where, subset_task
 
 from ratchet.task import TaskError, load_task
@@ -253,11 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("read_floor: needs a CUDA device", file=sys.stderr)
         return 2
-    lines = measure(sizes, args.reps)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    emit_table(measure(sizes, args.reps), args.out)
     return 0
 
 
