@@ -15,8 +15,10 @@ Sizes come from a task's cost model (every public GPU shape, or those that match
     python benchmarks/read_floor.py --task decode_attention --where B=1 Hq=32 --out out/read_floor.md
     python benchmarks/read_floor.py --mb 16.8 134.2
 
-On the H200 (2026-12-01, session 15): the B = 1 caches of decode attention's L = 4096 and 32768 (16.8 and
-134.2 MB) read in 8.13 and 32.90 µs at best, the fill took 3.10.
+On the H200 (2026-12-01, session 15, the first command above): the B = 1 caches of decode attention at
+L = 4096 / 32768 / 131072 (16.8 / 134.2 / 536.9 MB) read in 8.29 / 33.38 / 119.02 µs at best; the fill took
+3.14. The probe this script came from tried 17 ways and read the first two in 8.13 and 32.90 at best
+(docs/measurements/2026-12-01-h200-session15/).
 """
 
 from __future__ import annotations
