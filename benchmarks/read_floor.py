@@ -33,6 +33,8 @@ import torch
 from flush_cost import emit_table, timed_median_us
 from subset import parse_where, subset_task
 
+from ratchet.cuda_build import load_cached
+from ratchet.judge.timing import L2Flusher
 from ratchet.task import TaskError, load_task
 
 CUDA_SRC = r"""
@@ -185,9 +187,6 @@ def megabyte_sizes(mbs: list[float]) -> list[Size]:
 
 
 def measure(sizes: list[Size], reps: int) -> list[str]:
-    from ratchet.cuda_build import load_cached
-    from ratchet.judge.timing import L2Flusher
-
     module = load_cached("ratchet_read_floor", CUDA_SRC, CPP_SRC, ["bulk", "vector"], no_implicit_headers=True)
     flush = L2Flusher(torch.device("cuda"))
     sms = torch.cuda.get_device_properties(0).multi_processor_count

@@ -7,8 +7,8 @@ key up-projection into the query and the value up-projection into the output, so
 attention over the cache as it is: the ``decode_attention`` op with Hkv = 1, keys of latent + rope
 (the whole cache) and values of the latent alone (a view of the same cache, its first kv_lora_rank
 channels), so the output is the attention-weighted latent, as DeepSeek-V3 runs it (no product over the
-rope channels, which a value of the whole cache would compute and throw away). That op scales scores by 1/sqrt(its head size); the query is pre-scaled
-so the product is MLA's 1/sqrt(qk_nope + qk_rope). RoPE is rotate-half (the rope task's convention;
+rope channels, which a value of the whole cache would compute and throw away). That op scales scores by
+1/sqrt(its head size); the query is pre-scaled so the product is MLA's 1/sqrt(qk_nope + qk_rope). RoPE is rotate-half (the rope task's convention;
 DeepSeek's checkpoints interleave pairs, which with random weights is only a permutation of columns),
 without YaRN scaling.
 

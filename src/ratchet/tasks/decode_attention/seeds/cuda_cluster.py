@@ -7,7 +7,8 @@ sequences, and pays for them twice: a second kernel merges the pieces through an
 memory (2.5 us at B = 1, L = 4096 on the H200), and each piece's program keeps few bytes in flight (three
 programs an SM by shared memory, 12.5% occupancy; ncu, session 7). Here the pieces of one (sequence, kv
 head) are the blocks of one cluster (sm_90; up to 16 blocks with the non-portable size, which B = 1 with 8
-kv heads needs to fill 128 of the H200's 132 SMs):
+kv heads would need to fill 128 of the H200's 132 SMs; MAX_CLUSTER caps it, at 8 by default, which measured
+faster and steadier, see below):
 
 * Loads: a producer warp's one thread asks the copy engine (cp.async.bulk, completing on an mbarrier)
   for tiles of TILE positions of keys and values, one contiguous copy each (a head's rows are contiguous
