@@ -15,7 +15,7 @@ recorded for that config.
     python benchmarks/search_efficiency.py --seed-files src/ratchet/tasks/top_p_sampling/seeds/cpu_*.py \
         --device cpu --out out/
     python benchmarks/search_efficiency.py --table out/landscapes/*.json --judge-seconds 21   # replay only
-    python benchmarks/search_efficiency.py --table ... --synthetic 8 --variants   # tuner variants
+    python benchmarks/search_efficiency.py --table ... --synthetic 8 --variants   # tuner variants (or name some)
 """
 
 from __future__ import annotations
@@ -40,15 +40,16 @@ from ratchet.task import TaskError, load_task  # noqa: E402
 WITHIN = 0.98
 ROOT = Path(__file__).parent.parent
 MIN_CONFIGS = 8  # smaller spaces say little about a searcher
-# TPE variants compared by --variants (docs/NOTES.md has the numbers that chose the default).
+# Search variants compared by --variants: (sampler, TuneSettings); docs/NOTES.md has the numbers that
+# chose the default.
 VARIANTS = {
-    "tpe-old": TuneSettings(asks=None, fallback="first"),  # before 2026-12: unbounded repeats
-    "tpe-bounded": TuneSettings(),  # the default now
-    "ordinal": TuneSettings(ordinal=True),
-    "ordinal-zero-last": TuneSettings(ordinal=True, zero_last=True),
-    "ordinal-multivariate": TuneSettings(ordinal=True, multivariate=True),
-    "ordinal-startup-3": TuneSettings(ordinal=True, startup_max=3),
-    "categorical-multivariate": TuneSettings(multivariate=True),
+    "tpe-old": ("tpe", TuneSettings(asks=None, fallback="first", zero_last=False, neighbours_below=0)),  # before 2026-12
+    "tpe-2026-11": ("tpe", TuneSettings(zero_last=False, neighbours_below=0)),  # the default before session 16
+    "neighbours-always": ("tpe", TuneSettings(neighbours_below=10**9)),
+    "ordinal": ("tpe", TuneSettings(ordinal=True)),
+    "ordinal-multivariate": ("tpe", TuneSettings(ordinal=True, multivariate=True)),
+    "ordinal-startup-3": ("tpe", TuneSettings(ordinal=True, startup_max=3)),
+    "categorical-multivariate": ("tpe", TuneSettings(multivariate=True)),
 }
 
 
@@ -101,7 +102,13 @@ def table_candidate(table: dict) -> Candidate:
                 for key in candidate.space}
     space = {key: tuple(v for v in values if json.dumps(v) in measured[key])
              for key, values in candidate.space.items() if measured[key]}
-    return dataclasses.replace(candidate, space=space)
+    candidate = dataclasses.replace(candidate, space=space)
+    # A run cut short (session 16's split-row table lacks 1 of 42) leaves combinations unmeasured: the
+    # replay excludes each by a constraint, as if the seed had never allowed it.
+    have = {config_key(r["config"]) for r in table["rows"]}
+    missing = tuple("not (" + " and ".join(f"{k} == {v!r}" for k, v in c.items()) + ")"
+                    for c in candidate.valid_configs() if config_key(c) not in have)
+    return dataclasses.replace(candidate, constraints=candidate.constraints + missing)
 
 
 def trial_seconds(row: dict, judge_s: float | None) -> float:
@@ -174,7 +181,8 @@ def main():
     parser.add_argument("--full-judge", action="store_true", help="ratchet.judge.evaluate per config")
     parser.add_argument("--table", nargs="+", default=[], help="replay saved tables instead of measuring")
     parser.add_argument("--synthetic", type=int, default=0, help="also replay N synthetic (model) landscapes")
-    parser.add_argument("--variants", action="store_true", help="replay the TPE variants of VARIANTS too")
+    parser.add_argument("--variants", nargs="*", default=None, metavar="NAME",
+                        help=f"replay these variants too (all without names): {', '.join(VARIANTS)}")
     parser.add_argument("--judge-seconds", type=float, default=None, help="GPU seconds one trial costs")
     parser.add_argument("--own-reference", action="store_true",
                         help="score each config against the reference timed beside it (default: against each "
@@ -186,8 +194,11 @@ def main():
     out = Path(args.out)
     (out / "landscapes").mkdir(parents=True, exist_ok=True)
     searches = {"tpe": ("tpe", None), "random": ("random", None), "grid": ("grid", None)}
-    if args.variants:
-        searches.update({name: ("tpe", settings) for name, settings in VARIANTS.items()})
+    if args.variants is not None:
+        unknown = [v for v in args.variants if v not in VARIANTS]
+        if unknown:
+            parser.error(f"unknown variant '{unknown[0]}' (choose from {', '.join(VARIANTS)})")
+        searches.update({name: VARIANTS[name] for name in args.variants or VARIANTS})
     cost = f"{args.judge_seconds:g} s per trial" if args.judge_seconds else "the seconds each table recorded per config"
     scored = ("each against the reference timed beside it" if args.own_reference else
               "landscape rows against each shape's median reference time over the table")

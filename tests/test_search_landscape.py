@@ -17,7 +17,7 @@ ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from landscape import LandscapeOptions, measure_landscape, restricted_task  # noqa: E402
-from search_efficiency import replay  # noqa: E402
+from search_efficiency import replay, table_candidate  # noqa: E402
 
 SPACE_SOURCE = '''
 SPACE = {"BLOCK": [256, 64, 0, 1024], "WARPS": [4, 1, 16], "ORDER": ["xy", "yx"]}
@@ -46,7 +46,7 @@ def test_grid_replay_counts_trials_and_seconds_by_hand(candidate):
     assert replay(table, "grid", 0, judge_s=20.0) == (13, 260.0)
 
 
-@pytest.mark.parametrize("settings", [TuneSettings(ordinal=True),
+@pytest.mark.parametrize("settings", [TuneSettings(ordinal=True, zero_last=False),
                                       TuneSettings(ordinal=True, zero_last=True, multivariate=True)])
 def test_ordinal_tpe_stays_in_space_never_repeats_and_tries_the_default_first(candidate, settings):
     valid = {config_key(c) for c in candidate.valid_configs()}
@@ -68,6 +68,48 @@ def test_ordinal_tpe_stays_in_space_never_repeats_and_tries_the_default_first(ca
     assert isinstance(dists["ORDER"], optuna.distributions.CategoricalDistribution)
     zero_at = proposer.studies[0].orders["BLOCK"].index(0)
     assert zero_at == (3 if settings.zero_last else 0)
+
+
+def test_neighbours_of_the_default_come_right_after_it(candidate):
+    # BLOCK 256 sits between 64 and 1024 (0 sorts last); WARPS 4 between 1 and 16; ORDER is not numeric.
+    # BLOCK=64 with WARPS=4 is valid (64 >= 64); all five neighbours are.
+    expected = {config_key(dict(candidate.default_config(), **change)) for change in
+                ({"BLOCK": 64}, {"BLOCK": 1024}, {"WARPS": 1}, {"WARPS": 16}, {"ORDER": "yx"})}
+    orders = []
+    for seed in range(3):
+        proposer = TuneProposer([candidate], sampler="tpe", seed=seed)
+        seen = []
+        for _ in range(6):
+            proposal = proposer.propose()
+            seen.append(config_key(proposal.config))
+            proposer.tell(proposal, Outcome("pass", 1.0 + 0.1 * len(seen)))
+        assert seen[0] == config_key(candidate.default_config())
+        assert set(seen[1:]) == expected
+        orders.append(seen[1:])
+    assert len({tuple(o) for o in orders}) > 1  # the order is drawn from the search seed
+    # Off for large SPACEs (and for random search): the second proposal is then the sampler's.
+    for proposer in (TuneProposer([candidate], sampler="tpe", seed=0, settings=TuneSettings(neighbours_below=0)),
+                     TuneProposer([candidate], sampler="random", seed=0)):
+        assert len(proposer.studies[0].study.get_trials(deepcopy=False)) == 1  # the default, queued
+        first = proposer.propose()
+        assert first.config == candidate.default_config()
+        proposer.tell(first, Outcome("pass", 1.0))
+        waiting = [t for t in proposer.studies[0].study.get_trials(deepcopy=False)
+                   if t.state == optuna.trial.TrialState.WAITING]
+        assert waiting == []
+
+
+def test_replay_searches_only_the_configs_a_table_measured(candidate):
+    valid = candidate.valid_configs()
+    rows = [{"config": c, "verdict": "pass", "speedup": 1.0 + i / 100, "landscape_s": 1.0}
+            for i, c in enumerate(valid)]
+    cut = rows[:-2]  # a run stopped before its last two configs
+    table = {"task": "t", "seed_file": candidate.path, "device": "made up", "rows": cut}
+    replayed = table_candidate(table)
+    assert [config_key(c) for c in replayed.valid_configs()] == [config_key(r["config"]) for r in cut]
+    for seed in range(3):  # every proposal has a row: no KeyError, and the best measured one is reached
+        trials, _ = replay(table, "tpe", seed)
+        assert 1 <= trials <= len(cut)
 
 
 def test_ordinal_resume_teaches_the_study_and_skips_what_was_measured(candidate):
