@@ -107,7 +107,7 @@ for stage in $STAGES; do
     # The busy share the timing protocol allows at best (issue 4's 70%), at a 3 us and a 10 us rmsnorm.
     ceiling) for w in "T=1 H=4096" "T=256 H=8192"; do
                timeout "${CEILING_S:-90}" python benchmarks/busy_ceiling.py --task "$DECODE" --seed-file "$ROWWISE" \
-                 --where $w --out "$OUT/ceiling/${w// /_}" >> "$OUT/ceiling.log" 2>&1
+                 --where $w --out "$OUT/ceiling/${w//[ =]/_}" >> "$OUT/ceiling.log" 2>&1
              done ;;
     floor) timeout "${FLOOR_S:-150}" python benchmarks/read_floor.py --task decode_attention --where B=1 Hq=32 \
              --out "$OUT/read_floor.md" > "$OUT/read_floor.log" 2>&1 ;;
