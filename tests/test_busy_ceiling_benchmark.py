@@ -11,6 +11,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 
 from busy_ceiling import main, pick_shape, render, summary  # noqa: E402
+from one_line_refusal import assert_one_line_refusal  # noqa: E402
 
 from ratchet.task import load_task  # noqa: E402
 
@@ -51,9 +52,7 @@ def test_summary_and_table_by_hand():
     (["--task", DECODE, "--seed-file", ROWWISE, "--config", '{"num_warps": 3}'], "num_warps"),
 ])
 def test_wrong_arguments_get_one_line_and_exit_2_on_any_machine(args, says, capsys):
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("busy_ceiling: ") and says in err and err.count("\n") == 1
+    assert_one_line_refusal(main, args, "busy_ceiling", says, capsys)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")

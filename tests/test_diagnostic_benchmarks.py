@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 
 import flush_cost  # noqa: E402
 from kernel_breakdown import KernelRow, kernel_rows, main  # noqa: E402
+from one_line_refusal import assert_one_line_refusal  # noqa: E402
 
 
 def test_rows_group_launches_by_kernel_per_call_longest_first():
@@ -36,9 +37,7 @@ def test_without_a_gpu_it_says_so_and_fails(capsys):
     (["--task", "rmsnorm", "--seed-file", ROWWISE, "--where", "T=7"], "no public gpu shape has {'T': 7}"),
 ])
 def test_wrong_arguments_get_one_line_and_exit_2_on_any_machine(args, says, capsys):
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("kernel_breakdown: ") and says in err and err.count("\n") == 1
+    assert_one_line_refusal(main, args, "kernel_breakdown", says, capsys)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")

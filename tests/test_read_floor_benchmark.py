@@ -11,6 +11,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 
 from read_floor import Size, main, megabyte_sizes, task_sizes  # noqa: E402
+from one_line_refusal import assert_one_line_refusal  # noqa: E402
 
 
 def test_task_sizes_are_the_cost_models_bytes_of_each_matching_public_shape():
@@ -35,9 +36,7 @@ def test_megabytes_are_decimal_and_must_be_positive():
     (["--mb", "4", "--reps", "0"], "--reps wants 1 or more, got 0"),
 ])
 def test_wrong_arguments_get_one_line_and_exit_2_on_any_machine(args, says, capsys):
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("read_floor: ") and says in err and err.count("\n") == 1
+    assert_one_line_refusal(main, args, "read_floor", says, capsys)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
