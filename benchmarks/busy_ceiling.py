@@ -10,8 +10,8 @@ evaluation in between, while a thread samples NVML every 20 ms. For scale it run
 
 - ``protocol, eager`` / ``protocol, graph``: the judge's timed call, eagerly and under graph replay;
 - ``protocol, no guards``: the same without the checks after each call (what ``guards=False`` skips);
-- ``kernel back to back``: graph replays with nothing between them and one synchronize at the end
-  (what a loop of bare calls keeps busy; its inputs are never refreshed, so it is not a measurement).
+- ``kernel back to back``: graph replays with nothing between them, a synchronize after every 100 (what
+  a loop of bare calls keeps busy; its inputs are never refreshed, so it is not a measurement).
 
 Columns: calls per second, wall time per call, NVML's busy share, and the share of wall time that is
 the kernel itself (its CUDA-event time); ``hold`` is the launch hold's share at the boost clock.
@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))  # loop_throughput.py, flush_cost.py, when run as a script
+sys.path.insert(0, str(Path(__file__).parent))  # loop_throughput.py, when run as a script
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -102,13 +102,13 @@ for stage in $STAGES; do
     # B=1 (8 and 35 us), the online softmax under a graph (20), split-row top-p at B=64 (45; at the best
     # config of its landscape), the fused moe_route at T=64 (15). One table each under $OUT/goals/.
     goals) run_goals ;;
-    # The fastest bare read of decode attention's B = 1 caches under the judge's protocol: no kernel that must
-    # read them can be judged faster (issue 5's 8 us at L = 4096 is below it).
     # The busy share the timing protocol allows at best (issue 4's 70%), at a 3 us and a 10 us rmsnorm.
     ceiling) for w in "T=1 H=4096" "T=256 H=8192"; do
                timeout "${CEILING_S:-90}" python benchmarks/busy_ceiling.py --task "$DECODE" --seed-file "$ROWWISE" \
                  --where $w --out "$OUT/ceiling/${w//[ =]/_}" >> "$OUT/ceiling.log" 2>&1
              done ;;
+    # The fastest bare read of decode attention's B = 1 caches under the judge's protocol: no kernel that must
+    # read them can be judged faster (issue 5's 8 us at L = 4096 is below it).
     floor) timeout "${FLOOR_S:-150}" python benchmarks/read_floor.py --task decode_attention --where B=1 Hq=32 \
              --out "$OUT/read_floor.md" > "$OUT/read_floor.log" 2>&1 ;;
     e2e) timeout "${E2E_S:-560}" python benchmarks/e2e_stack.py --run-task decode_attention --budget "${E2E_BUDGET:-6}" \

@@ -43,7 +43,8 @@ MIN_CONFIGS = 8  # smaller spaces say little about a searcher
 # Search variants compared by --variants: (sampler, TuneSettings); docs/NOTES.md has the numbers that
 # chose the default.
 VARIANTS = {
-    "tpe-old": ("tpe", TuneSettings(asks=None, fallback="first", zero_last=False, neighbours_below=0)),  # before 2026-12
+    # before 2026-11-30's bounded repeats
+    "tpe-old": ("tpe", TuneSettings(asks=None, fallback="first", zero_last=False, neighbours_below=0)),
     "tpe-2026-11": ("tpe", TuneSettings(zero_last=False, neighbours_below=0)),  # the default before session 16
     "neighbours-always": ("tpe", TuneSettings(neighbours_below=10**9)),
     "ordinal": ("tpe", TuneSettings(ordinal=True)),
