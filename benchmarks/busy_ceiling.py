@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))  # loop_throughput.py, when run as a script
+sys.path.insert(0, str(Path(__file__).parent))  # loop_throughput.py and subset.py, when run as a script
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -59,24 +59,15 @@ def resolve(args: argparse.Namespace):
     if not isinstance(config, dict):
         raise ValueError("--config wants a JSON object")
     task = load_task(args.task)
-    if not Path(args.seed_file).is_file():
-        raise ValueError(f"no seed file {args.seed_file}")
     candidate = load_candidate(Path(args.seed_file))
     return task, candidate, candidate.resolve_config(config), pick_shape(task, args.where)
 
 
 def pick_shape(task, where: list[str]) -> dict:
-    """The first public GPU shape whose dims match every K=V of ``where``; ValueError when none does."""
-    wanted = {}
-    for item in where:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--where takes K=V, got '{item}'")
-        wanted[key] = value
-    for shape in task.shape_set("cuda").public:
-        if all(str(shape.get(k)) == v for k, v in wanted.items()):
-            return dict(shape)
-    raise ValueError(f"no public shape of {task.name} matches {' '.join(where)}")
+    """The first public GPU shape with the sizes of ``where`` (``K=V`` items); ValueError when none has."""
+    from subset import parse_where, subset_task
+
+    return dict(subset_task(task, "cuda", shapes=1, where=parse_where(where)).shape_set("cuda").public[0])
 
 
 def run_row(harness, shape: dict, dtype: str, seconds: float, extra: dict, sampler_cls) -> dict:

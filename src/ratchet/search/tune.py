@@ -99,19 +99,20 @@ class TuneProposer:
             return _Study(candidate, None, valid, {}, {}, {})
         cfg = self.settings
         orders = {k: _order(v, cfg.zero_last) for k, v in candidate.space.items() if cfg.ordinal and _numeric(v)}
-        first = None
+        queued = []  # asked for before the sampler decides anything: the default, maybe its neighbours
         if candidate.space and valid:
             first = valid[0] if candidate.default_config() not in valid else candidate.default_config()
-        near = _neighbours(first, candidate.space, valid, cfg.zero_last, random.Random(seed)) \
-            if first is not None and sampler == "tpe" and len(valid) < cfg.neighbours_below else []
-        startup = min(cfg.startup_max, max(1, int(len(valid) * cfg.startup_share)))
+            queued.append(first)
+            if sampler == "tpe" and len(valid) < cfg.neighbours_below:
+                queued += _neighbours(first, candidate.space, valid, cfg.zero_last, random.Random(seed))
         if sampler == "random":
             chosen = optuna.samplers.RandomSampler(seed=seed)
         else:
+            startup = min(cfg.startup_max, max(1, int(len(valid) * cfg.startup_share)))
             chosen = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=cfg.multivariate)
         study = optuna.create_study(direction="maximize", sampler=chosen)
         s = _Study(candidate, study, valid, orders, {}, {})
-        for config in ([first] if first is not None else []) + near:
+        for config in queued:
             study.enqueue_trial(self._params(s, config))
         return s
 
