@@ -9,10 +9,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from ratchet.agents_api import CODES_NOT_FOR_AGENTS
+from ratchet.agents.api import CODES_NOT_FOR_AGENTS
 from ratchet.cli import main
 from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES
-from ratchet.ledger import Ledger
+from ratchet.run.ledger import Ledger
 
 SRC = Path(__file__).parent.parent / "src" / "ratchet"
 SEED = str(SRC / "tasks" / "rmsnorm" / "seeds" / "cpu_torch.py")
@@ -76,7 +76,7 @@ def test_program_writes_the_run_and_commands_and_refuses_overwrite(tmp_path, cap
 def test_eval_run_records_attempts_with_the_keep_rule(tmp_path, capsys):
     ledger = str(tmp_path / "l.sqlite")
     with Ledger(ledger) as led:
-        from ratchet.agents_api import create_agent_run
+        from ratchet.agents.api import create_agent_run
         from ratchet.task import load_task
 
         run = create_agent_run(led, load_task("rmsnorm"), "cpu")
@@ -144,7 +144,7 @@ def test_mcp_client_calls_every_tool(tmp_path):
 
     ledger = tmp_path / "l.sqlite"
     params = StdioServerParameters(command=sys.executable, cwd=str(tmp_path),
-                                   args=["-m", "ratchet.cli", "mcp", "--ledger", str(ledger), "--device", "cpu"])
+                                   args=["-m", "ratchet", "mcp", "--ledger", str(ledger), "--device", "cpu"])
     seed_source = Path(SEED).read_text()
 
     async def session_calls():

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from ratchet.brief import DEFAULT_MAX_CHARS, BriefError, build_brief
+from ratchet.agents.brief import DEFAULT_MAX_CHARS, BriefError, build_brief
 from ratchet.cli import main
 from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES, Reason
-from ratchet.ledger import Ledger
+from ratchet.run.ledger import Ledger
 from ratchet.task import load_task
 from test_ledger import make_verdict, new_run
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from ratchet.hardware.ceilings import get_ceilings
-from ratchet.ledger import Ledger
+from ratchet.run.ledger import Ledger
 from test_gate_stack import WRONG_RMSNORM, record_best  # tests/ is on sys.path (no __init__.py)
 
 ROOT = Path(__file__).parent.parent

@@ -15,7 +15,7 @@ REQUIRED = ["A100", "L40S", "RTX 4090", "H100", "H200", "B200", "GB200", "RTX 50
 
 
 def ratchet(*args):
-    return subprocess.run([sys.executable, "-m", "ratchet.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "ratchet", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_every_required_sheet_present():

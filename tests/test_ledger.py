@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from ratchet import ledger as ledger_mod
+from ratchet.run import ledger as ledger_mod
 from ratchet.judge.verdict import Reason, ShapeResult, Verdict
-from ratchet.ledger import Ledger, LedgerError, default_ledger_path, source_sha256, write_standalone
+from ratchet.run.ledger import Ledger, LedgerError, default_ledger_path, source_sha256, write_standalone
 
 SOURCE = "def kernel(x, BLOCK=128):\n    return x\n"
 
@@ -288,7 +288,7 @@ def test_reader_during_a_write_transaction(tmp_path):
 CHILD = textwrap.dedent(
     """
     import os, sys
-    from ratchet.ledger import Ledger
+    from ratchet.run.ledger import Ledger
     led = Ledger(sys.argv[1])
     run = sys.argv[2]
     shapes = [{"shape": {"T": t, "H": 4096}, "times_us": [float(i) for i in range(200)]} for t in range(8)]

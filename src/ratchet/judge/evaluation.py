@@ -55,7 +55,7 @@ class JudgeOptions:
     ceilings: Any = None  # hardware.ceilings.Ceilings; measured when None
     gpu_index: int | None = None  # which GPU (workers see only it); None: the current one
     guards: bool = True  # False only to measure what the guards cost: never for a real verdict
-    # Evaluations sharing a GPU (ratchet.loop): a judge.device_lock.DeviceLock, held shared for the
+    # Evaluations sharing a GPU (ratchet.run.loop): a judge.device_lock.DeviceLock, held shared for the
     # checks after the candidate's first call (which compiles, unlocked) and exclusively for each shape's
     # timing, so checks and compiles of several candidates overlap and nothing runs beside a timing.
     device_lock: Any = None

@@ -1,6 +1,6 @@
 """The LLM proposer: the model writes ideas, the tuner tunes.
 
-Each model call gets the brief (``ratchet.brief.build_brief``), one parent candidate and at most one
+Each model call gets the brief (``ratchet.agents.brief.build_brief``), one parent candidate and at most one
 pending idea, and is asked for ONE complete candidate file with a ``SPACE``. The answer's code is
 written under the run's directory next to the ledger (``candidates/RUN/NNN.py``, with the prompt and
 the raw answer beside it), judged with its default config, and, once one of its configs passes, a
@@ -36,7 +36,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from ratchet.candidate import Candidate, CandidateError, load_candidate, top_level_names
-from ratchet.ledger import Ledger, config_key
+from ratchet.run.ledger import Ledger, config_key
 from ratchet.search.base import Outcome, Proposal
 from ratchet.search.llm_client import Answer, LLMSettings, ModelCallError
 from ratchet.search.tune import TuneProposer
@@ -313,7 +313,7 @@ class LLMProposer:
 
     def _call_model(self, call: _Call) -> None:
         call.started = time.time()
-        from ratchet.brief import build_brief  # written alongside; the prompt's main part
+        from ratchet.agents.brief import build_brief  # written alongside; the prompt's main part
 
         extra = (parent_section(call.parent) + idea_section(call.idea)
                  + instructions(self.settings.configs_per_candidate))

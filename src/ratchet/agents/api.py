@@ -1,0 +1,313 @@
+"""What outside coding agents use: runs they record into, judging a candidate into a run, the run's
+history in short, ideas, and the ``program.md`` that tells an agent the loop and the rules.
+
+``ratchet eval --run``, ``ratchet program`` and the MCP server (``ratchet mcp``) are thin over this
+module. An agent's attempt is recorded and kept or discarded by the same code as the loop's
+(``ratchet.run.record.record_and_keep``), with the run's own task file and device, so an agent cannot
+choose an easier task, another device or judge flags (``--allow``, ``--no-timing``) for a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import shlex
+import textwrap
+from pathlib import Path
+from typing import Any, Mapping
+
+from ratchet.candidate import Candidate, load_candidate
+from ratchet.run.keep import KeepDecision
+from ratchet.run.ledger import Ledger, LedgerError
+from ratchet.task import BUILTIN_TASKS_DIR, Task, builtin_task_names, load_task
+
+AGENT = "agent"  # the proposer name of attempts recorded by outside agents
+# Reason codes an agent's judged attempt never gets: usage errors are refused before judging, and
+# no_code is the LLM proposer's (a model's answer without a candidate file).
+CODES_NOT_FOR_AGENTS = ("bad_input", "no_code")
+
+
+# -- runs -------------------------------------------------------------------------------------------
+
+
+def create_agent_run(ledger: Ledger, task: Task, device: str, goal_speedup: float | None = None) -> str:
+    """A run that no built-in proposer drives: outside agents record their attempts into it."""
+    from ratchet.hardware.ceilings import device_identity
+
+    return ledger.create_run(task=task.name, task_path=task.source_path or task.name, device=device,
+                             device_name=device_identity(device)[0], proposer=AGENT, goal_speedup=goal_speedup,
+                             options={"created_by": "ratchet program / mcp"})
+
+
+def task_for_run(run: Mapping[str, Any], spec: str) -> Task:
+    """The task a run judges with: the run's own task file. ``spec`` (what the user typed) must name it.
+
+    A built-in name is accepted for the run's file; another file, even one whose task has the same
+    name, is refused: a run's attempts are comparable only when judged by one task definition.
+    """
+    recorded = Path(run["task_path"])
+    task = load_task(spec)
+    if task.name != run["task"]:
+        raise LedgerError(f"run '{run['id']}' is on task '{run['task']}', not '{task.name}'")
+    if recorded.is_file() and task.source_path and Path(task.source_path).resolve() != recorded.resolve():
+        if spec == task.name:  # the built-in name, and the run was made from another copy of that file
+            return load_task(str(recorded))
+        raise LedgerError(f"run '{run['id']}' judges the task file {recorded}, not {task.source_path}")
+    return task
+
+
+def check_attempt(ledger: Ledger, run: Mapping[str, Any], device: str, candidate: Candidate,
+                  config: Mapping[str, Any], idea_id: int | None) -> None:
+    """Refuse, before spending a judge's time, what could not be recorded in the run."""
+    if device != run["device"]:
+        raise LedgerError(f"run '{run['id']}' judges on {run['device']}, not {device}")
+    if ledger.has_attempt(run["id"], candidate.sha256, config):
+        raise LedgerError(f"run '{run['id']}' already has an attempt with this source and config {dict(config)} "
+                          "(change the code or the config)")
+    if idea_id is not None:
+        idea = ledger.get_idea(idea_id)
+        if idea["task"] != run["task"]:
+            raise LedgerError(f"idea {idea_id} is for task '{idea['task']}', not '{run['task']}'")
+
+
+def record(ledger: Ledger, run_id: str, candidate: Candidate, config: Mapping[str, Any], verdict_json: dict,
+           idea_id: int | None = None) -> dict[str, Any]:
+    """Record an agent's judged attempt with the loop's keep rule; returns what the agent needs to know."""
+    from ratchet.run.record import record_and_keep
+
+    attempt_id, decision = record_and_keep(ledger, run_id, candidate, config, verdict_json, AGENT, idea_id=idea_id)
+    return recorded_fields(ledger, run_id, attempt_id, decision)
+
+
+def recorded_fields(ledger: Ledger, run_id: str, attempt_id: int, decision: KeepDecision) -> dict[str, Any]:
+    best = ledger.best(run_id)
+    return {"run": run_id, "attempt_seq": ledger.get_attempt(attempt_id)["seq"], "kept": decision.keep,
+            "keep_reason": decision.reason, "best_speedup": best and best["speedup"],
+            "best_seq": best and best["seq"]}
+
+
+def history(ledger: Ledger, run_id: str) -> dict[str, Any]:
+    """A run and its attempts in short: what an agent reads to choose the next attempt."""
+    run = ledger.get_run(run_id)
+    attempts = [{"seq": a["seq"], "verdict": a["verdict"], "reasons": [r["code"] for r in a["reasons"]],
+                 "detail": a["reasons"][0]["detail"][:200] if a["reasons"] else "", "speedup": a["speedup"],
+                 "kept": bool(a["kept"]), "config": a["config"], "candidate": Path(a["candidate_path"]).name,
+                 "proposer": a["proposer"], "idea_id": a["idea_id"]} for a in ledger.attempts(run_id)]
+    summary = {k: run[k] for k in ("id", "task", "device", "device_name", "status", "goal_speedup",
+                                   "best_speedup", "best_seq")}
+    return {"run": summary, "attempts": attempts}
+
+
+# -- judging (the MCP tool; the CLI's cmd_eval does the same with its own printing) -------------------
+
+
+def save_candidate(source: str, directory: Path) -> Path:
+    """Write candidate source sent by an agent to a file named by its hash (the judge reads files)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"cand_{hashlib.sha256(source.encode()).hexdigest()[:12]}.py"
+    if not path.exists():
+        path.write_text(source)
+    return path
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def judge(ledger_path: Path, task_spec: str, candidate_path: str, config: Mapping[str, Any] | None = None,
+          run_id: str | None = None, idea_id: int | None = None, device: str | None = None) -> dict[str, Any]:
+    """Judge a candidate file; with ``run_id``, record it in the run (the keep rule applies).
+
+    Returns the verdict JSON (without raw times), plus ``kept`` and the attempt's place in the run
+    when recorded. ``device`` is the default when there is no run; a run judges on its own device.
+    """
+    from ratchet.judge import JudgeOptions, evaluate
+
+    candidate = load_candidate(candidate_path)
+    config = candidate.resolve_config(config or {})
+    if run_id is None:
+        if idea_id is not None:
+            raise LedgerError("an idea is linked only to an attempt recorded in a run (give run)")
+        task, device = load_task(task_spec), device or default_device()
+        return {**evaluate(task, candidate, config, JudgeOptions(device=device)).to_json(), "kept": None}
+    with Ledger(ledger_path, create=False) as ledger:
+        run = ledger.get_run(run_id)
+        task = task_for_run(run, task_spec)
+        check_attempt(ledger, run, run["device"], candidate, config, idea_id)
+    _require_device(run["device"])
+    verdict = evaluate(task, candidate, config, JudgeOptions(device=run["device"])).to_json(with_times=True)
+    with Ledger(ledger_path) as ledger:
+        recorded = record(ledger, run_id, candidate, config, verdict, idea_id)
+    for row in verdict["shapes"]:  # raw times are for the keep rule, not for reading
+        row.pop("times_us", None)
+        row.pop("ref_times_us", None)
+    return {**verdict, **recorded}
+
+
+def _require_device(device: str) -> None:
+    if device == "cuda" and default_device() != "cuda":
+        raise LedgerError("this run judges on cuda, and no CUDA device is present on this machine")
+
+
+# -- ideas ------------------------------------------------------------------------------------------
+
+
+def add_idea(ledger: Ledger, task_spec: str, text: str, author: str = AGENT) -> dict[str, Any]:
+    task = load_task(task_spec).name
+    return ledger.get_idea(ledger.add_idea(task, text, author=author))
+
+
+def list_ideas(ledger_path: Path, task_spec: str) -> list[dict[str, Any]]:
+    task = load_task(task_spec).name
+    if not Path(ledger_path).exists():
+        return []
+    with Ledger(ledger_path, create=False) as ledger:
+        return ledger.ideas(task)
+
+
+# -- program.md -------------------------------------------------------------------------------------
+
+
+def task_spec_for(run: Mapping[str, Any]) -> str:
+    """How commands name the run's task: the built-in name when it is one, else the task file."""
+    builtin = BUILTIN_TASKS_DIR / run["task"] / "task.py"
+    if run["task"] in builtin_task_names() and Path(run["task_path"]).resolve() == builtin.resolve():
+        return run["task"]
+    return run["task_path"]
+
+
+def program_text(task: Task, run: Mapping[str, Any], ledger_flag: str = "") -> str:
+    """The ``program.md`` an outside agent follows for one run: goal, loop, commands, rules."""
+    from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES
+
+    spec = shlex.quote(task_spec_for(run))
+    rid, device = run["id"], run["device"]
+    lf = ledger_flag
+    shapes = task.shape_set(device)
+    signature = _signature(task)
+    goal = (f"reach {run['goal_speedup']:g}x over the reference (weighted geometric mean over the shapes)"
+            if run.get("goal_speedup") else "as fast as you can make it; only verified wins are kept")
+    held = ""
+    if shapes.held_out is not None:
+        held = (f" Held-out shapes are drawn at every evaluation from {dict(shapes.held_out.dims)} "
+                f"({shapes.held_out.count} per dtype): your kernel must handle any size, odd ones included.")
+    forbidden = ", ".join(f"`{op}`" for op in task.forbidden) or "none for this task"
+    dtypes = ", ".join(str(d).removeprefix("torch.") for d in task.dtypes)
+    fail_rows = "\n".join(f"| `{code}` | fail | {text} |" for code, text in FAIL_CODES.items())
+    error_rows = "\n".join(f"| `{code}` | error | {text} |" for code, text in ERROR_CODES.items()
+                           if code not in CODES_NOT_FOR_AGENTS)
+    reference = _reference_source(task)
+    languages = ("The kernel may be Triton, CUDA C++ built with `torch.utils.cpp_extension`, CuPy, or plain torch."
+                 if device == "cuda" else "On the CPU the kernel is plain torch or C++ built with "
+                 "`torch.utils.cpp_extension` (Triton runs only in its slow interpreter there).")
+    cpu_note = " CPU times say nothing about GPUs." if device == "cpu" else ""
+    seeds = ", ".join(f"`{p}`" for p in _seed_paths(task, device)) or "none"
+    return f"""# Ratchet program: `{task.name}` on {device}, run `{rid}`
+
+You are optimizing one GPU kernel of LLM inference under Ratchet. You write candidate kernels; Ratchet's
+judge (trusted code you do not touch) checks each one for correctness on fresh random inputs, public and
+held-out shapes and every dtype, guards against measurement tricks, and times it against the task's
+reference in the same session. The run keeps a new best only when it is faster beyond the measured noise
+on the task's shapes and slower on none (ties go to simpler code). Every attempt is recorded, failures too.
+
+## Goal
+
+{task.description or task.name}
+
+Goal of this run: {goal}. Device: `{device}` ({run.get('device_name', '')}).{cpu_note}
+
+## The loop
+
+1. Read the brief (task, shapes, the best so far and its code, recent failures, pending ideas):
+   `ratchet context {spec} --run {rid}{lf}`
+2. Write one candidate file (rules below), e.g. `candidates/{task.name}_001.py`. Change one thing at a time.
+3. Judge it and record it in the run:
+   `ratchet eval {spec} candidates/{task.name}_001.py --run {rid}{lf} --json`
+   (`--config '{{"BLOCK": 1024}}'` picks a point of its SPACE; `--idea ID` links the attempt to an idea).
+4. Read the verdict: `verdict` (pass / fail / error), `reasons` (codes below, with details), `speedup`
+   (weighted geometric mean over the shapes, against the reference timed beside it), per-shape rows in
+   `shapes`, and `kept` / `keep_reason` (whether it became the run's best, and why or why not).
+5. Write down what to try next, and what you learned: `ratchet idea add {spec} "..."{lf}`;
+   `ratchet idea list --task {spec}{lf}` shows each idea's outcome.
+6. Repeat from 1. Stop at the goal, or when ideas run out.
+
+## Commands of this run
+
+| what | command |
+| --- | --- |
+| brief | `ratchet context {spec} --run {rid}{lf}` |
+| judge and record | `ratchet eval {spec} FILE --run {rid}{lf} [--config JSON] [--idea ID] [--json]` |
+| judge only (not recorded) | `ratchet eval {spec} FILE --device {device} [--json]` |
+| history | `ratchet show {rid}{lf} [--json]` |
+| ideas | `ratchet idea add {spec} "TEXT"{lf}`, `ratchet idea list --task {spec}{lf}` |
+| the best, as one file | `ratchet best {rid} -o best.py{lf}` |
+
+Exit status of `ratchet eval`: 0 pass, 1 fail, 2 error or bad usage (one line on stderr, e.g. a
+duplicate: the same source and config is judged once per run).
+
+## Candidate files
+
+- Define `kernel{signature}` with exactly the reference's parameters, returning what the reference
+  returns: same structure, shapes, dtypes (the input's dtype unless the task says otherwise) and device.
+- Optional `SPACE = {{"BLOCK": [256, 512, 1024]}}`: a literal dict of non-empty lists. A config picks one
+  value per key and arrives as keyword arguments (`kernel(..., BLOCK=512)`); the first values are the
+  default. Optional `CONSTRAINTS = ["BLOCK % 32 == 0"]`: expressions over SPACE names every config meets.
+- {languages}
+- Starting points (known-good seeds of this task): {seeds}.
+- Dtypes judged: {dtypes}. Shapes on {device}: {', '.join(str(dict(s)) for s in shapes.public)}.{held}
+- Ops the kernel may not run (seen by the profiler, fallbacks included): {forbidden}.
+- Outputs must be plain dense tensors with their own storage; inputs must stay unchanged.
+
+The reference (`{task.source_path}`):
+
+```python
+{reference}
+```
+
+## What the judge refuses
+
+| code | verdict | meaning |
+| --- | --- | --- |
+{fail_rows}
+{error_rows}
+
+## Honest measurement
+
+- No timing games: no work left on other streams or threads after return, no caching by pointer, shape
+  or values, no behaving differently in warm-up, on checked calls or when profiled, no touching timers,
+  the harness or the result channel, no lower precision than the dtype allows, no special cases for the
+  public shapes. The judge checks outputs of random timed calls and held-out shapes; such tricks fail.
+- Do not edit Ratchet, its task files or the ledger. A run judges with its own task file and device;
+  `--allow` and `--no-timing` are refused with `--run`.
+- A result faster than the device's measured ceilings allow is rejected (`beyond_roofline`): be
+  suspicious of big wins and look for the bug first.
+- Report what the judge said, failures included. The ledger keeps every attempt.
+"""
+
+
+def _seed_paths(task: Task, device: str) -> list[str]:
+    return [str(p) for p in task.seeds_for(device)]
+
+
+def _signature(task: Task) -> str:
+    try:
+        return str(inspect.signature(task.reference))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def _reference_source(task: Task) -> str:
+    try:
+        return textwrap.dedent(inspect.getsource(task.reference)).rstrip()
+    except (OSError, TypeError):
+        return f"# see {task.source_path}"
+
+
+def ledger_flag(explicit: str | None) -> str:
+    """`` --ledger PATH`` for the commands in program.md when the ledger is not the default one."""
+    import os
+
+    path = explicit or os.environ.get("RATCHET_LEDGER")
+    return f" --ledger {shlex.quote(str(Path(path).resolve()))}" if path else ""
