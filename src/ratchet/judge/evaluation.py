@@ -124,6 +124,7 @@ class Evaluation:
                 finally:
                     verdict.phases_s["timing"] = round(time.perf_counter() - mark, 3)
                     verdict.timed_calls = self.call_costs.summary()
+                self._raise_on_strays("timing")
             verdict.shapes = rows
         except Abort as abort:
             verdict.reasons = abort.reasons
@@ -230,6 +231,7 @@ class Evaluation:
                                          self._wall_limit(run_s), run_s=run_s, limit_name=limit_name)
                 checking = time.perf_counter()
                 self.correctness_parts["first_call" if first else "calls"] += checking - asked
+                self._raise_on_strays(label)
                 if first and reply.get("results"):
                     part = "first_profiled" if subs[0]["profile"] else "first_launch"
                     self.correctness_parts[part] += reply["results"][0].get("host_us", {}).get("launch", 0.0) / 1e6
@@ -300,7 +302,7 @@ class Evaluation:
         if self.first_call:
             return limits.first_call_s, "first-call limit"
         per_call = min(limits.call_s, limits.call_floor_s + limits.call_ref_factor * self.slowest_ref_s)
-        return per_call * count, "call limit"
+        return per_call * count, "call limit" if count == 1 else f"call limit: {count} calls of {per_call:.1f} s"
 
     def _wall_limit(self, run_s: float) -> float:
         """Wall time for an ask whose running time is ``run_s``: that plus the compile allowance, within
@@ -350,6 +352,13 @@ class Evaluation:
             reasons.append(Reason(code, f"{label}: {detail}"))
         if reasons:
             raise Abort(reasons)
+
+    def _raise_on_strays(self, label: str):
+        """A process that left the worker's tree is invisible to the worker's census; its keeper sees it."""
+        strays = self.cand.strays() if self.opts.guards else []
+        if strays:
+            raise Abort([Reason("child_process", f"{label}: {len(strays)} process(es) left the worker's process "
+                                                 "tree (a double fork or setsid); the judge ended them")])
 
     def _forbidden(self, ops, label):
         if not ops:

@@ -186,6 +186,24 @@ class WorkerProcess:
             return None
         return data[-1:] if data[-1:] in (b"c", b"r") else None
 
+    def strays(self) -> list[int]:
+        """Processes that left the worker's own tree (a double fork, setsid) and came back to the keeper,
+        its subreaper: the keeper's children other than the worker (the oldest). One /proc read."""
+        pid = self.proc.pid
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                pids = [int(p) for p in f.read().split()]
+        except (OSError, ValueError):
+            pids = [c.pid for c in self._tree() if c.ppid() == pid] if self.proc.poll() is None else []
+        if len(pids) < 2:
+            return []
+        def born(p):
+            try:
+                return psutil.Process(p).create_time()
+            except psutil.Error:
+                return float("inf")
+        return sorted(pids, key=born)[1:]
+
     def _tree(self) -> list:
         try:
             return self.keeper.children(recursive=True)
