@@ -261,6 +261,17 @@ def test_writing_beside_or_over_the_candidate_is_refused(name, tmp_path):
 
 
 @needs_box
+def test_rewriting_the_task_file_at_import_is_refused(tmp_path, monkeypatch):
+    task_file = tmp_path / "axpby_task.py"
+    shutil.copy(HERE.parent / "data" / "tasks" / "axpby.py", task_file)
+    digest = sha(task_file)
+    monkeypatch.setenv("FAULT_TARGET", str(task_file))
+    v = evaluate(load_task(str(task_file)), load_candidate(CANDIDATES / "write_task_file.py"), None, FAST)
+    assert v.verdict == "fail" and codes(v) == ["box_violation"], v.reasons
+    assert sha(task_file) == digest
+
+
+@needs_box
 def test_a_tcp_connection_is_refused(monkeypatch):
     server = socket.create_server(("127.0.0.1", 0))
     server.settimeout(0.2)

@@ -330,6 +330,8 @@ def _reap():
 def keep(judge_pid: int, plan: BoxPlan, fds: list[int], cmd: list[str]) -> int:
     import subprocess
 
+    import psutil  # noqa: F401  (now, while the worker starts, not in the cleanup the judge waits for)
+
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _stop)
     status = 0

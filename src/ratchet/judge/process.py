@@ -125,6 +125,7 @@ class WorkerProcess:
         in compilers draws on the worker's compile allowance (``Limits.compile_s``)."""
         nonce = secrets.token_hex(8)
         msg = dict(msg, nonce=nonce, beat=run_s is not None)
+        self._latest_beat()  # a beat written after the last call's reply was read belongs to that call
         t0 = time.perf_counter()
         try:
             self.conn.send(msg)
@@ -223,7 +224,11 @@ class WorkerProcess:
                                                  f"(limit {self.limits.rss_bytes / 2**30:.1f} GiB)")
 
     def _died(self) -> WorkerFailure:
-        code = self.proc.wait(timeout=30)  # the keeper ends what the worker left, then exits
+        try:
+            code = self.proc.wait(timeout=30)  # the keeper ends what the worker left, then exits
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.returncode
         tail = self.log_tail()
         if code > 128:
             try:
