@@ -120,7 +120,9 @@ def test_a_hang_costs_its_stated_limit(name, limit):
     took = time.monotonic() - started
     assert v.verdict == "error" and codes(v) == ["timeout"], v.reasons
     assert f"hang: no return within {limit}" in v.reasons[0].detail
-    assert took < 20, took  # 3 s of running, the grace, worker start
+    # 3 s of running and the kill's grace after the worker started (the start itself can take 10 s and more
+    # on a loaded machine): nowhere near the compile allowance.
+    assert took - v.phases_s["start"] < 15, (took, v.phases_s)
 
 
 @pytest.fixture
@@ -139,7 +141,7 @@ def test_a_native_hang_holding_the_gil_is_stopped(spin_library, monkeypatch):
     started = time.monotonic()
     v = judge("hang_native_gil")
     assert codes(v) == ["timeout"] and "hang: no return within 3.0 s" in v.reasons[0].detail
-    assert time.monotonic() - started < 20
+    assert time.monotonic() - started - v.phases_s["start"] < 15
 
 
 @pytest.fixture
@@ -164,7 +166,7 @@ def test_compiling_beyond_the_allowance_is_a_timeout(fake_compiler, monkeypatch)
     v = judge("compile_long", JudgeOptions(device="cpu", time_it=False,
                                            limits=Limits(first_call_s=3, compile_s=2)))
     assert codes(v) == ["timeout"] and "more than 2 s (the compile allowance)" in v.reasons[0].detail
-    assert time.monotonic() - started < 20
+    assert time.monotonic() - started - v.phases_s["start"] < 15
 
 
 # -- memory ---------------------------------------------------------------------------------------------
