@@ -1,5 +1,9 @@
 """The judge's handle on one worker subprocess: start, ask with limits, kill. TRUSTED.
 
+Each worker runs under a keeper (judge/box.py) that boxes it and ends everything it started; the worker's
+heartbeat (a pipe of its own) tells running from compiling, so a hang is stopped after its call's limit
+while a long compile draws on the compile allowance.
+
 Replies are unpickled with no globals allowed: the worker sends only builtins (dicts, lists, str,
 bytes, numbers), so a candidate that writes its own objects into the channel cannot run code here.
 Every reply must echo the request's nonce; anything else is a forged message.
@@ -72,8 +76,8 @@ class _NoGlobals(pickle.Unpickler):
 class WorkerProcess:
     """A worker under its keeper (judge/box.py): boxed, in a session of its own, ended with all it started.
 
-    ``box``: a ``BoxPlan`` template's choice, True to box the worker (the caller has checked that the OS
-    can), False to run it unboxed (the user opted out). ``address_space`` caps the worker's virtual memory
+    ``box``: True to box the worker (the caller has checked that the OS can), False to run it unboxed
+    (the user opted out). ``address_space`` caps the worker's virtual memory
     (RLIMIT_AS), for CPU workers only."""
 
     POLL_S = 0.05

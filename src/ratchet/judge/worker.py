@@ -424,6 +424,8 @@ def serve(conn: Connection, heartbeat: "Heartbeat | None" = None):
             else:
                 reply = {"error": "worker_error", "detail": f"unknown op {op}"}
         except Exception as exc:  # a harness bug: report it rather than hang the judge
+            if harness.device == "cuda":  # unless a kernel's fault surfaced here (a fetch's synchronize)
+                _sync_or_die(_one_line(exc))
             reply = {"error": "worker_error", "detail": _one_line(exc) + " | " + traceback.format_exc(limit=3)}
         tampered = integrity.check()
         if tampered:
