@@ -112,6 +112,7 @@ CHEATS = [
     Case(5, "p05_finish_in_patched_fetch.py", "axpby", ("timer_tampered", "harness_tampered"), mode="timed"),
     Case(7, "p07_thread_left_running.py", "axpby", ("background_thread", "deferred_write"), mode="timed"),
     Case(7, "p07_child_process.py", "axpby", ("child_process",)),
+    Case(7, "p07_daemon.py", "axpby", ("child_process",)),
     Case(8, "p08_lazy_subclass.py", "axpby", ("not_dense",)),
     Case(8, "p08_view_of_larger_buffer.py", "axpby", ("not_dense",)),
     Case(9, "p09_patch_time_module.py", "axpby", ("timer_tampered",), mode="timed"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import random
 import secrets
 import time
@@ -20,6 +21,7 @@ import torch
 from ratchet.candidate import Candidate
 from ratchet.judge.check import (as_tuple, check_dtypes, check_structure, check_values, inputs_unchanged,
                                  tensor_from_description)
+from ratchet.judge import box
 from ratchet.judge.device_lock import holding
 from ratchet.judge.guards import suspect_source
 from ratchet.judge.process import Limits, WorkerFailure, WorkerProcess
@@ -39,6 +41,8 @@ CLOCK_SLACK_US = {"cpu": 1000.0}  # on CUDA the device clock is used instead (_c
 # end of all device work (after a device-wide synchronize), against the reference's.
 # 20 us falsely rejected honest Triton kernels on the H200 (medians 57 and 85 us apart, 2026-11-30).
 GAP_SLACK_US = 100.0
+# Address space a CPU worker may map beyond its RSS limit (torch's and Triton's libraries, thread stacks).
+ADDRESS_SPACE_HEADROOM = 8 * 2**30
 # Elements of each output checked per verified timed call (all of them when the output is smaller).
 SAMPLED_ELEMENTS = 1 << 16
 # Correctness calls sent to the worker in one message (each with its own seed and checks).
@@ -81,6 +85,7 @@ class Evaluation:
         self.ref: WorkerProcess | None = None
         self.first_call = True
         self._expected: dict = {}
+        self.slowest_ref_s = 0.0  # the slowest reference call checked so far: later calls' limits scale with it
         self.call_costs = CallCosts()  # where the timed calls' wall time went, over all shapes
         self.gpu_wait_s = 0.0  # waiting for the device lock (another evaluation timing, or checking)
         # The correctness phase's wall time by part (waits for the device lock included): the first call
@@ -101,6 +106,11 @@ class Evaluation:
             if suspect:
                 raise Abort([Reason("harness_tampered", f"the candidate's source uses {', '.join(suspect)}, "
                                                         "which only code reaching into the judge needs")])
+            if box.opted_out():
+                verdict.notes.append(f"judged without the box ({box.OPT_OUT_ENV}=1): candidate code could write "
+                                     "any file and reach the network")
+            elif box.unavailable():
+                raise Abort([Reason("box_unavailable", box.refusal())])
             mark = time.perf_counter()
             self._start_workers()
             verdict.phases_s["start"] = round(time.perf_counter() - mark, 3)
@@ -114,6 +124,7 @@ class Evaluation:
                 finally:
                     verdict.phases_s["timing"] = round(time.perf_counter() - mark, 3)
                     verdict.timed_calls = self.call_costs.summary()
+                self._raise_on_strays("timing")
             verdict.shapes = rows
         except Abort as abort:
             verdict.reasons = abort.reasons
@@ -140,20 +151,29 @@ class Evaluation:
         env = {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"} if self.device == "cpu" else {}
         if self.opts.gpu_index is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(self.opts.gpu_index)
-        self.cand = WorkerProcess(limits, "candidate", env)
+        boxed = not box.opted_out()
+        # On the CPU the worker's address space is capped too (CUDA's driver reserves far more than it uses):
+        # a huge allocation fails at once as out_of_memory instead of racing the RSS watch.
+        space = limits.rss_bytes + ADDRESS_SPACE_HEADROOM if self.device == "cpu" else None
+        self.cand = WorkerProcess(limits, "candidate", env, box=boxed, address_space=space)
         if self.opts.time_it:
-            self.ref = WorkerProcess(limits, "reference", env)
-        load = {"op": "load", "task": self.task.source_path or self.task.name, "device": self.device}
+            self.ref = WorkerProcess(limits, "reference", env, box=boxed, address_space=space)
+        task_ref = self.task.source_path or self.task.name
+        if self.task.source_path and os.path.exists(task_ref):
+            task_ref = os.path.abspath(task_ref)  # the worker runs in its scratch folder
+        load = {"op": "load", "task": task_ref, "device": self.device}
         if self.device == "cuda":
             from ratchet.judge.timing import LAUNCH_HOLD_US, cycles_for_us
 
             with torch.cuda.device(self.torch_device):
                 load["hold_cycles"] = cycles_for_us(LAUNCH_HOLD_US)
-        cand_reply, _ = self.cand.ask(dict(load, candidate=self.candidate.path, kind=self.candidate.kind,
-                                           config=self.config), limits.import_s)
+        wall = limits.import_s + limits.compile_s
+        cand_reply, _ = self.cand.ask(dict(load, candidate=os.path.abspath(self.candidate.path), kind=self.candidate.kind,
+                                           config=self.config), wall, run_s=limits.import_s, limit_name="import limit")
         self._raise_on_error(cand_reply)
         if self.ref is not None:
-            ref_reply, _ = self.ref.ask(dict(load, candidate=None), limits.import_s)
+            ref_reply, _ = self.ref.ask(dict(load, candidate=None), wall, run_s=limits.import_s,
+                                        limit_name="import limit")
             if "error" in ref_reply:
                 raise Abort([Reason("reference_error", f"reference worker: {ref_reply['detail']}")])
 
@@ -196,7 +216,7 @@ class Evaluation:
             subs = [{"seed": self.rng.getrandbits(62), "rng_seed": self.rng.getrandbits(62),
                      "fingerprint_seed": self.rng.getrandbits(62),
                      "first_of_task": self.first_call, "profile": len(pairs) + i == profiled} for i in range(count)]
-            budget = self.opts.limits.first_call_s if self.first_call else self.opts.limits.call_s * count
+            run_s, limit_name = self._run_limit(count)
             first, self.first_call = self.first_call, False
             asked = time.perf_counter()
             # The first call compiles on the CPU cores while another evaluation may be timing. After it,
@@ -208,9 +228,10 @@ class Evaluation:
                 reply, _ = self.cand.ask({"op": "batch", "calls": subs, "shape": shape,
                                           "dtype": str(dtype).removeprefix("torch."), "poison": True,
                                           "flush": False, "guards": self.opts.guards},
-                                         min(budget, max(1.0, self.deadline - time.perf_counter())))
+                                         self._wall_limit(run_s), run_s=run_s, limit_name=limit_name)
                 checking = time.perf_counter()
                 self.correctness_parts["first_call" if first else "calls"] += checking - asked
+                self._raise_on_strays(label)
                 if first and reply.get("results"):
                     part = "first_profiled" if subs[0]["profile"] else "first_launch"
                     self.correctness_parts[part] += reply["results"][0].get("host_us", {}).get("launch", 0.0) / 1e6
@@ -236,6 +257,7 @@ class Evaluation:
         if scalars is not None:
             inputs = tuple(x if isinstance(x, torch.Tensor) else c for x, c in zip(inputs, scalars))
         reasons = inputs_unchanged(inputs, fetched.get("inputs_after") or [], label, fingerprint_seed)
+        started = time.perf_counter()
         native = self._expected_outputs(shape, dtype, inputs)
         descs = fetched["outputs"]
         reasons += check_structure(descs, native, self.device)
@@ -251,6 +273,7 @@ class Evaluation:
         upcast = tuple(x.to(self.task.reference_dtype) if isinstance(x, torch.Tensor) and x.is_floating_point()
                        else x for x in inputs)
         refs = tuple(r.to(self.torch_device) for r in as_tuple(self.task.reference(*upcast)))
+        self.slowest_ref_s = max(self.slowest_ref_s, time.perf_counter() - started)
         if sample is not None:
             picked = [d.get("sampled") for d in descs]
             refs = tuple(r.flatten()[sample_indices(r.numel(), sample).to(r.device)] if p else r
@@ -273,12 +296,24 @@ class Evaluation:
         generator = torch.Generator(device=self.torch_device).manual_seed(seed)
         return self.task.make_inputs(shape, dtype, self.torch_device, generator)
 
+    def _run_limit(self, count: int = 1) -> tuple[float, str]:
+        """The running time (outside compilers) allowed to ``count`` calls, and the limit's name."""
+        limits = self.opts.limits
+        if self.first_call:
+            return limits.first_call_s, "first-call limit"
+        per_call = min(limits.call_s, limits.call_floor_s + limits.call_ref_factor * self.slowest_ref_s)
+        return per_call * count, "call limit" if count == 1 else f"call limit: {count} calls of {per_call:.1f} s"
+
+    def _wall_limit(self, run_s: float) -> float:
+        """Wall time for an ask whose running time is ``run_s``: that plus the compile allowance, within
+        the evaluation's own limit."""
+        return min(run_s + self.opts.limits.compile_s, max(1.0, self.deadline - time.perf_counter()))
+
     def _call(self, worker: WorkerProcess, shape, dtype, seed, **options) -> dict:
-        budget = self.opts.limits.first_call_s if self.first_call else self.opts.limits.call_s
-        budget = min(budget, max(1.0, self.deadline - time.perf_counter()))
+        run_s, limit_name = self._run_limit()
         msg = {"op": "call", "shape": shape, "dtype": str(dtype).removeprefix("torch."), "seed": seed,
                "rng_seed": self.rng.getrandbits(62), "first_of_task": self.first_call, **options}
-        reply, wall = worker.ask(msg, budget)
+        reply, wall = worker.ask(msg, self._wall_limit(run_s), run_s=run_s, limit_name=limit_name)
         if worker is self.cand:
             self.first_call = False
         reply["wall_us"] = wall * 1e6
@@ -288,7 +323,8 @@ class Evaluation:
     def _call_timed(self, worker: WorkerProcess, shape, dtype, seeds: list[int], **options) -> list[dict]:
         """A batch of timed calls in one message (worker op "timed"): each call as ``_call`` makes it, one
         pipe round trip for all. Each reply's ``wall_us`` is its share of the batch's outside wall time."""
-        budget = min(self.opts.limits.call_s * len(seeds), max(1.0, self.deadline - time.perf_counter()))
+        # No heartbeat here (it would wake inside the timed region): the plain wall limit of these calls.
+        budget = min(self._run_limit(len(seeds))[0], max(1.0, self.deadline - time.perf_counter()))
         subs = [{"seed": seed, "rng_seed": self.rng.getrandbits(62)} for seed in seeds]
         msg = {"op": "timed", "calls": subs, "shape": shape, "dtype": str(dtype).removeprefix("torch."),
                "first_of_task": self.first_call, **options}
@@ -316,6 +352,13 @@ class Evaluation:
             reasons.append(Reason(code, f"{label}: {detail}"))
         if reasons:
             raise Abort(reasons)
+
+    def _raise_on_strays(self, label: str):
+        """A process that left the worker's tree is invisible to the worker's census; its keeper sees it."""
+        strays = self.cand.strays() if self.opts.guards else []
+        if strays:
+            raise Abort([Reason("child_process", f"{label}: {len(strays)} process(es) left the worker's process "
+                                                 "tree (a double fork or setsid); the judge ended them")])
 
     def _forbidden(self, ops, label):
         if not ops:
@@ -379,7 +422,8 @@ class Evaluation:
         for name, worker in (("cand", self.cand), ("ref", self.ref)):
             seeds[name] = self.rng.getrandbits(62)
             reply, _ = worker.ask({"op": "capture", "shape": shape, "dtype": str(dtype).removeprefix("torch."),
-                                   "seed": seeds[name], "graph_key": key}, self.opts.limits.call_s)
+                                   "seed": seeds[name], "graph_key": key},
+                                  self._wall_limit(self.opts.limits.call_s), run_s=self.opts.limits.call_s)
             if not reply.get("captured"):
                 return None
         # A graph replays the scalar arguments it was captured with (they are baked into its kernels),
