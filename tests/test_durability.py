@@ -174,3 +174,61 @@ def examine_whole(path: Path) -> bool:
         return conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         conn.close()
+
+
+# -- killing the real `ratchet run` ---------------------------------------------------------------------
+
+
+def ledger_state(path: Path) -> tuple[dict, list[tuple]]:
+    with Ledger(path) as led:
+        (run,) = led.list_runs()
+        rows = [(a["seq"], a["source_sha256"], json.dumps(a["config"], sort_keys=True), a["verdict"], a["kept"])
+                for a in led.attempts(run["id"])]
+    return run, rows
+
+
+@pytest.mark.slow
+def test_sigkill_of_ratchet_run_at_four_moments_then_resume(tmp_path):
+    """The real command, killed while starting, inside the write of an attempt (twice) and while judging."""
+    ledger = tmp_path / "ledger.sqlite"
+    budget = 8  # every config of the tunable seed
+    rng = random.Random(11)
+    before: list[tuple] = []
+    for moment in ("startup", "in-write record_attempt", "judging", "in-write record_attempt"):
+        run_id = ledger_state(ledger)[0]["id"] if ledger.exists() and Ledger(ledger).list_runs() else None
+        args = ["run", "--resume", run_id] if run_id else \
+            ["run", TASK, "--seed", TUNABLE, "--device", "cpu", "--budget", str(budget), "--sampler", "random"]
+        env = dict(os.environ, RATCHET_LEDGER=str(ledger),
+                   DRIVER_WRITE_SLEEP_S="1.0" if moment.startswith("in-write") else "0")
+        proc = subprocess.Popen([sys.executable, DRIVER, "cli", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp_path)
+        lines = Lines(proc)
+        try:
+            if moment == "startup":
+                time.sleep(rng.uniform(0.5, 3.0))
+            elif moment == "judging":  # after an attempt is in, somewhere in the next evaluation
+                assert lines.wait_for(lambda s: s.startswith("in-write record_attempt"), timeout=300), lines.lines[-5:]
+                time.sleep(rng.uniform(0.3, 1.5))
+            else:
+                assert lines.wait_for(lambda s: s.startswith(moment), timeout=300), lines.lines[-5:]
+        finally:
+            kill(proc)
+        output = "\n".join(lines.drain())
+        assert "Traceback" not in output and "attempt budget spent" not in output, output[-2000:]
+        if not ledger.exists() or not Ledger(ledger).list_runs():
+            continue  # killed before the run was created: the next start makes it
+        run, rows = ledger_state(ledger)
+        assert run["status"] == GONE, moment
+        assert rows[:len(before)] == before, f"{moment}: recorded attempts lost or changed"
+        assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+        before = rows
+    assert list_backups(ledger), "a resume backs the ledger up first"
+    done = subprocess.run([sys.executable, "-m", "ratchet", "run", "--resume", run["id"]], capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, RATCHET_LEDGER=str(ledger)), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run, rows = ledger_state(ledger)
+    assert rows[:len(before)] == before and len(rows) == budget
+    assert [r[0] for r in rows] == list(range(1, budget + 1))
+    # Verdicts are the judge's (a busy machine may fail one on its clock check); each config once.
+    assert len({(r[1], r[2]) for r in rows}) == budget and sum(r[3] == "pass" for r in rows) >= 1
+    assert run["status"] == "done" and sum(r[4] for r in rows) >= 1

@@ -151,6 +151,11 @@ def sqlite_failure(path: Path, exc: BaseException) -> LedgerError:
     if "malformed" in low or "not a database" in low or "corrupt" in low:
         return LedgerError(f"the ledger {path} is damaged ({text}); 'ratchet doctor --ledger {path}' can restore "
                            "it from its latest backup")
+    if "disk i/o error" in low:
+        return LedgerError(f"the ledger {path} cannot be read or written: disk I/O error (a full disk or a failing "
+                           "device?); nothing of the failed write was recorded")
+    if "unable to open" in low:
+        return LedgerError(f"cannot open the ledger {path} ({text}); check the permissions of the file and its folder")
     if "locked" in low or "busy" in low:
         return LedgerError(f"the ledger {path} is busy ({text}): another process holds it too long")
     return LedgerError(f"the ledger {path} failed: {text}")
@@ -262,6 +267,8 @@ class Ledger:
             app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
             tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         except sqlite3.DatabaseError as exc:
+            if "not a database" not in str(exc) and "malformed" not in str(exc):
+                raise sqlite_failure(self.path, exc) from None  # e.g. disk I/O, permissions: not the file's bytes
             hint = (f"; 'ratchet doctor --ledger {self.path}' can restore it from its latest backup"
                     if list_backups(self.path) else "")
             raise LedgerError(f"{self.path} is not a Ratchet ledger: not a SQLite database ({exc}){hint}") from None
