@@ -78,7 +78,7 @@ kernel_defs = st.sampled_from([
 ])
 preludes = st.sampled_from(["", "import torch\n", "raise SystemExit(3)\n", "import sys; sys.exit()\n",
                             "def f(): return f()\nf()\n", "# -*- coding: latin-1 -*-\n", "\ufeff", "if True:\n  x = 1\n x\n",
-                            "\t\tdef g():\n", "x = 1 +\n", "\x00\n", "'''\n", "del SPACE\n"])
+                            "\t\tdef g():\n", "x = 1 +\n", "\x00\n", "'''\n", "del SPACE\n", "x = " + "-" * 100000 + "1\n"])
 
 
 @st.composite
