@@ -228,9 +228,13 @@ class Ledger:
 
     def __init__(self, path: str | os.PathLike, create: bool = True):
         self.path = Path(path)
-        if not create and not self.path.exists():
+        try:
+            exists, is_dir = self.path.exists(), self.path.is_dir()
+        except (OSError, ValueError) as exc:  # a name too long, a null byte
+            raise LedgerError(f"cannot open the ledger {str(self.path)[:200]}: {exc}"[:400]) from None
+        if not create and not exists:
             raise LedgerError(f"no ledger at {self.path} (no runs recorded there yet)")
-        if self.path.is_dir():
+        if is_dir:
             raise LedgerError(f"cannot open the ledger {self.path}: it is a directory")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
