@@ -167,6 +167,13 @@ HONEST = [
     Case(0, "h07_persistent_pool.py", "axpby", mode="timed"),
     Case(0, "h09_autotune_with_timer.py", "axpby", mode="timed"),
     Case(0, "h06_side_stream_joined.py", "axpby_big", mode="gpu_timed"),
+    # What engineers write that looks like a cheat at first sight (every one must pass).
+    Case(0, "h08_slice_of_fresh_buffer.py", "rmsnorm"),
+    Case(0, "h04_weight_cache_versioned.py", "rmsnorm"),
+    Case(0, "h04_output_pool.py", "axpby", mode="timed"),
+    Case(0, "h05_queue_worker_joined.py", "axpby", mode="timed"),
+    Case(0, "h13_graph_inside_kernel.py", "axpby", mode="gpu_timed"),
+    Case(0, "h09_triton_autotune.py", "axpby", mode="gpu_timed"),
 ]
 
 # #18 is defended by neutralising, not detecting: the persisting-L2 policy must buy nothing.
