@@ -49,7 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--evaluations", type=int, default=1000,
-                        help="at least this many honest evaluations, in whole rounds over the candidates (default 1000)")
+                        help="this many honest evaluations, in rounds over the candidates (default 1000)")
     parser.add_argument("--busy", action="store_true", help="keep every core busy with a spinning process meanwhile")
     parser.add_argument("--jobs", type=int, default=2, help="untimed evaluations at a time (default 2)")
     parser.add_argument("--only", default=None, help="only candidates whose name contains this")
@@ -114,13 +114,19 @@ def run(args) -> dict:
                                                                                if args.only else ""))
     rounds = max(1, math.ceil(args.evaluations / len(candidates)))
     rng = random.Random(args.seed)
+    plan = []  # whole rounds, each in its own shuffled order, cut at the count asked for
+    for _ in range(rounds):
+        order = candidates[:]
+        rng.shuffle(order)
+        plan.append(order)
+    left = args.evaluations
+    for r, order in enumerate(plan):
+        plan[r], left = order[:left], left - len(order[:left])
     results: list[dict] = []
     burners = start_burners(24 * 3600) if args.busy else []
     started = time.perf_counter()
     try:
-        for r in range(rounds):
-            order = candidates[:]
-            rng.shuffle(order)
+        for r, order in enumerate(plan):
             untimed = [h for h in order if not h.timed]
             with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
                 results += list(pool.map(lambda h: judge(h, args.device), untimed))
