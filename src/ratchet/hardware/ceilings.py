@@ -169,7 +169,7 @@ def cached(device: str, threads: int | None = None) -> Ceilings | None:
     return Ceilings(**{k: v for k, v in entry.items() if k in names})
 
 
-def _store(ceilings: Ceilings) -> None:
+def store(ceilings: Ceilings) -> None:
     """Replace this key's entry (and drop unusable ones), atomically: evaluations in other processes may
     read or write the file at the same moment."""
     cache = read_cache()
@@ -235,7 +235,7 @@ def remeasure_ceilings(device: str, threads: int | None = None, attempts: int = 
         if best.trusted:
             break
     if best.trusted:
-        _store(best)
+        store(best)
     _MEMO[best.key] = best
     return best
 
