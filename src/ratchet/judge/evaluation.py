@@ -342,6 +342,8 @@ class Evaluation:
 
         with self._gpu("exclusive"):  # measured once per device (then cached): alone on the GPU
             ceilings = self.opts.ceilings or get_ceilings(self.device)
+        verdict.device_name = ceilings.device_name  # _roofline updates these when it re-measures
+        verdict.ceilings = {"copy_tbps": ceilings.copy_tbps, "matmul_tflops": ceilings.matmul_tflops}
         if self.device == "cpu":
             verdict.notes.append("CPU times (one thread per worker) say nothing about GPU speed")
         for row in rows:
