@@ -658,12 +658,10 @@ def _history(f: _Facts, groups: list[_Group], n_groups: int | None, per_group: i
         lines.append("Why attempts failed (fail and error codes): "
                      + ", ".join(f"{c} ×{n}" for c, n in tally.most_common(10))
                      + (f", {len(tally) - 10} other codes" if len(tally) > 10 else "") + ".")
-    tried = [i for i in f.ideas if i["status"] == "tried" and any(a.get("idea_id") == i["id"] for a in atts)]
+    tried = [i for i in f.ideas if any(a.get("idea_id") == i["id"] for a in atts)]
     if tried and n_groups != 0:
-        lines.append("Ideas tried: " + "; ".join(
-            f"[{i['id']}] {_one_line(i['text'], 80)} → {_plural(i['attempts'], 'attempt')}, {i['passed']} passed"
-            + (f", best {i['best_speedup']:.2f}x" if i["best_speedup"] else "") + (", kept" if i["kept"] else "")
-            for i in tried[-8:]) + ".")
+        lines.append("Ideas tried, one line each (attempts linked to the idea, passes, best, last failure):")
+        lines += [_idea_outcome(i, atts) for i in tried[-8:]]
     live = [g for g in groups if g.kept or g.sha == best_sha]
     dead = [g for g in groups if g not in live]
     if n_groups != 0:
@@ -691,6 +689,19 @@ def _history(f: _Facts, groups: list[_Group], n_groups: int | None, per_group: i
         lines.append(f"Dead ends: {len(dead)} candidates never kept ({none} never passed). "
                      f"`ratchet show {f.run['id']}` lists every attempt.")
     return "\n".join(lines)
+
+
+def _idea_outcome(idea: dict, attempts: list[dict]) -> str:
+    """One idea in one line: "[3] pivot search → 4 attempts, 2 passed, best 1.80x; last failure
+    wrong_output: ..." (the counts are the ledger's, over every run of the task)."""
+    text = (f"- [{idea['id']}] {_one_line(idea['text'], 80)} → {_plural(idea['attempts'], 'attempt')}, "
+            f"{idea['passed']} passed" + (f", best {idea['best_speedup']:.2f}x" if idea["best_speedup"] else "")
+            + (", kept" if idea["kept"] else ""))
+    failed = [a for a in attempts if a.get("idea_id") == idea["id"] and a["verdict"] != "pass" and _reasons(a)]
+    if failed:
+        reason = _reasons(failed[-1])[0]
+        text += f"; last failure {reason['code']}: {_one_line(reason.get('detail', ''), 100)}"
+    return text
 
 
 def _group_lines(g: _Group, per_group: int, best_sha: str | None) -> list[str]:
