@@ -30,13 +30,36 @@ CODES_NOT_FOR_AGENTS = ("bad_input", "no_code")
 # -- runs -------------------------------------------------------------------------------------------
 
 
-def create_agent_run(ledger: Ledger, task: Task, device: str, goal_speedup: float | None = None) -> str:
-    """A run that no built-in proposer drives: outside agents record their attempts into it."""
-    from ratchet.hardware.ceilings import device_identity
+def create_agent_run(ledger: Ledger, task: Task, device: str, goal_speedup: float | None = None,
+                     device_name: str | None = None, options: Mapping[str, Any] | None = None) -> str:
+    """A run that no built-in proposer drives: outside agents record their attempts into it.
 
+    A cuda run can be created on a machine without a GPU when ``device_name`` says which GPU will judge
+    it (``"H200"``); its attempts are judged later, on that machine."""
     return ledger.create_run(task=task.name, task_path=task.source_path or task.name, device=device,
-                             device_name=device_identity(device)[0], proposer=AGENT, goal_speedup=goal_speedup,
-                             options={"created_by": "ratchet program / mcp"})
+                             device_name=resolve_device_name(device, device_name), proposer=AGENT,
+                             goal_speedup=goal_speedup,
+                             options={"created_by": "ratchet program / mcp", **dict(options or {})})
+
+
+def resolve_device_name(device: str, given: str | None) -> str:
+    """The name a run or brief records for its device: the datasheet's full name for a given GPU name
+    ("H200" -> "NVIDIA H200", what torch reports there, so cached ceilings match), else the local one.
+    Raises LedgerError for a cuda device with neither a name nor a GPU here."""
+    from ratchet.hardware.ceilings import device_identity
+    from ratchet.hardware.sheets import find_sheet
+
+    if given:
+        if device != "cuda":
+            raise LedgerError("--device-name names a GPU: it goes with --device cuda")
+        name, sheet = " ".join(given.split()), find_sheet(given)
+        if sheet and sheet.vendor.lower() not in name.lower():
+            name = f"{sheet.vendor} {name}"  # torch's name for the part: "NVIDIA H200"
+        return name
+    if device == "cuda" and default_device() != "cuda":
+        raise LedgerError("no CUDA device is present on this machine: give --device-name NAME (e.g. H200) "
+                          "for the GPU that will judge the run")
+    return device_identity(device)[0]
 
 
 def task_for_run(run: Mapping[str, Any], spec: str) -> Task:
@@ -178,8 +201,15 @@ def task_spec_for(run: Mapping[str, Any]) -> str:
     return run["task_path"]
 
 
-def program_text(task: Task, run: Mapping[str, Any], ledger_flag: str = "") -> str:
-    """The ``program.md`` an outside agent follows for one run: goal, loop, commands, rules."""
+def program_text(task: Task, run: Mapping[str, Any], ledger_flag: str = "", ledger: Ledger | None = None,
+                 start_files: tuple[str, ...] = ()) -> str:
+    """The ``program.md`` an outside agent follows for one run: goal, loop, commands, rules.
+
+    Written for the run's device and device name, on any machine: a cuda run's shapes, floors (datasheet
+    leads or cached measured ceilings, named as such) and the reference times the ledger holds for that
+    GPU. ``start_files`` are named as starting points besides the task's seeds."""
+    from ratchet.agents import judge_facts
+    from ratchet.agents.brief import device_targets
     from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES
 
     spec = shlex.quote(task_spec_for(run))
@@ -199,11 +229,16 @@ def program_text(task: Task, run: Mapping[str, Any], ledger_flag: str = "") -> s
     error_rows = "\n".join(f"| `{code}` | error | {text} |" for code, text in ERROR_CODES.items()
                            if code not in CODES_NOT_FOR_AGENTS)
     reference = _reference_source(task)
-    languages = ("The kernel may be Triton, CUDA C++ built with `torch.utils.cpp_extension`, CuPy, or plain torch."
-                 if device == "cuda" else "On the CPU the kernel is plain torch or C++ built with "
-                 "`torch.utils.cpp_extension` (Triton runs only in its slow interpreter there).")
+    languages = ("The kernel may be Triton, CUDA C++ (below), CuPy, or plain torch." if device == "cuda" else
+                 "On the CPU the kernel is plain torch or C++ built with `ratchet.cuda_build.load_cached` "
+                 "(Triton runs only in its slow interpreter there).")
     cpu_note = " CPU times say nothing about GPUs." if device == "cpu" else ""
-    seeds = ", ".join(f"`{p}`" for p in _seed_paths(task, device)) or "none"
+    seeds = ", ".join(f"`{p}`" for p in (*start_files, *_seed_paths(task, device))) or "none"
+    targets = device_targets(task, ledger, device, run.get("device_name") or None)
+    timing = "\n".join(judge_facts.timing_protocol(device))
+    cheap = "\n".join(judge_facts.correctness_only_check(spec, " (`--no-timing` is refused with `--run`)"))
+    arch = gpu_arch(run.get("device_name"))
+    check = judge_facts.compile_check(spec, arch)
     return f"""# Ratchet program: `{task.name}` on {device}, run `{rid}`
 
 You are optimizing one GPU kernel of LLM inference under Ratchet. You write candidate kernels; Ratchet's
@@ -223,15 +258,18 @@ Goal of this run: {goal}. Device: `{device}` ({run.get('device_name', '')}).{cpu
 1. Read the brief (task, shapes, the best so far and its code, recent failures, pending ideas):
    `ratchet context {spec} --run {rid}{lf}`
 2. Write one candidate file (rules below), e.g. `candidates/{task.name}_001.py`. Change one thing at a time.
-3. Judge it and record it in the run:
+3. Before spending GPU time, on any machine: check correctness on the CPU shapes
+   (`TRITON_INTERPRET=1 ratchet eval {spec} FILE --device cpu --no-timing --json`) and, for Triton or
+   CUDA C++, that it compiles for the GPU (`ratchet check {spec} FILE --arch {arch}`). Fix what fails.
+4. Judge it and record it in the run:
    `ratchet eval {spec} candidates/{task.name}_001.py --run {rid}{lf} --json`
    (`--config '{{"BLOCK": 1024}}'` picks a point of its SPACE; `--idea ID` links the attempt to an idea).
-4. Read the verdict: `verdict` (pass / fail / error), `reasons` (codes below, with details), `speedup`
+5. Read the verdict: `verdict` (pass / fail / error), `reasons` (codes below, with details), `speedup`
    (weighted geometric mean over the shapes, against the reference timed beside it), per-shape rows in
    `shapes`, and `kept` / `keep_reason` (whether it became the run's best, and why or why not).
-5. Write down what to try next, and what you learned: `ratchet idea add {spec} "..."{lf}`;
+6. Write down what to try next, and what you learned: `ratchet idea add {spec} "..."{lf}`;
    `ratchet idea list --task {spec}{lf}` shows each idea's outcome.
-6. Repeat from 1. Stop at the goal, or when ideas run out.
+7. Repeat from 1. Stop at the goal, or when ideas run out.
 
 ## Commands of this run
 
@@ -240,12 +278,27 @@ Goal of this run: {goal}. Device: `{device}` ({run.get('device_name', '')}).{cpu
 | brief | `ratchet context {spec} --run {rid}{lf}` |
 | judge and record | `ratchet eval {spec} FILE --run {rid}{lf} [--config JSON] [--idea ID] [--json]` |
 | judge only (not recorded) | `ratchet eval {spec} FILE --device {device} [--json]` |
+| correctness only, on the CPU (seconds) | `TRITON_INTERPRET=1 ratchet eval {spec} FILE --device cpu --no-timing --json` |
+| compile for the GPU, no GPU needed | `ratchet check {spec} FILE --arch {arch}` |
 | history | `ratchet show {rid}{lf} [--json]` |
 | ideas | `ratchet idea add {spec} "TEXT"{lf}`, `ratchet idea list --task {spec}{lf}` |
 | the best, as one file | `ratchet best {rid} -o best.py{lf}` |
 
 Exit status of `ratchet eval`: 0 pass, 1 fail, 2 error or bad usage (one line on stderr, e.g. a
 duplicate: the same source and config is judged once per run).
+
+## The device: `{device}` ({run.get('device_name', '')})
+
+{targets}
+
+## How the judge times
+
+{timing}
+
+## Checks that cost no GPU time
+
+{cheap}
+- {check}
 
 ## Candidate files
 
@@ -255,6 +308,7 @@ duplicate: the same source and config is judged once per run).
   value per key and arrives as keyword arguments (`kernel(..., BLOCK=512)`); the first values are the
   default. Optional `CONSTRAINTS = ["BLOCK % 32 == 0"]`: expressions over SPACE names every config meets.
 - {languages}
+- {judge_facts.cuda_cpp_rule()}
 - Starting points (known-good seeds of this task): {seeds}.
 - Dtypes judged: {dtypes}. Shapes on {device}: {', '.join(str(dict(s)) for s in shapes.public)}.{held}
 - Ops the kernel may not run (seen by the profiler, fallbacks included): {forbidden}.
@@ -285,6 +339,14 @@ The reference (`{task.source_path}`):
   suspicious of big wins and look for the bug first.
 - Report what the judge said, failures included. The ledger keeps every attempt.
 """
+
+
+def gpu_arch(device_name: str | None) -> str:
+    """The ``sm_XY`` target of a GPU by its sheet's compute capability; Hopper's sm_90 when unknown."""
+    from ratchet.hardware.sheets import find_sheet
+
+    sheet = find_sheet(device_name)
+    return f"sm_{sheet.compute_capability.replace('.', '')}" if sheet else "sm_90"
 
 
 def _seed_paths(task: Task, device: str) -> list[str]:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from ratchet.agents import judge_facts
 from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES
 
 from ratchet.diagnose.bottleneck import (COUNTER_RULE, OVERHEAD_FACTOR, OVERHEAD_TINY_US, classify, classify_with_counters,
@@ -94,14 +95,17 @@ class _Facts:
     best_history: list[dict] = field(default_factory=list)
     ideas: list[dict] = field(default_factory=list)
     other_device_runs: int = 0
+    ref_times: dict = field(default_factory=dict)  # (shape key, dtype) -> (median µs, mode, date)
 
 
 def build_brief(task: Task, ledger: Ledger | None = None, run_id: str | None = None, device: str | None = None,
-                max_chars: int = DEFAULT_MAX_CHARS) -> str:
+                max_chars: int = DEFAULT_MAX_CHARS, device_name: str | None = None) -> str:
     """The markdown brief for ``task``: from run ``run_id`` if given, else the task's most recent run in
     ``ledger`` (on ``device`` when one is given), else "no history yet" with the task's seeds.
 
-    ``device`` is "cpu" or "cuda"; by default the run's device, else cuda where one is present. Raises
+    ``device`` is "cpu" or "cuda"; by default the run's device, else cuda where one is present.
+    ``device_name`` names the GPU a cuda brief is for when none is here ("NVIDIA H200"): its sheet,
+    cached ceilings and measured reference times are used; a run's own device name wins. Raises
     ``BriefError`` for a bad bound or a run that does not fit the task or device, and the ledger's
     ``LedgerError`` for an unknown run.
     """
@@ -109,7 +113,7 @@ def build_brief(task: Task, ledger: Ledger | None = None, run_id: str | None = N
         raise BriefError(f"the brief's bound must be a positive number of characters, not {max_chars!r}")
     if device not in (None, "cpu", "cuda"):
         raise BriefError(f"device must be cpu or cuda, not {device!r}")
-    facts = _gather(task, ledger, run_id, device)
+    facts = _gather(task, ledger, run_id, device, device_name)
     sections = [
         _Section("goal", _goal_levels(facts), soft=0),
         _Section("hardware", _hardware_levels(facts), soft=1),
@@ -122,7 +126,8 @@ def build_brief(task: Task, ledger: Ledger | None = None, run_id: str | None = N
     return _fit(_header(facts), sections, max_chars)
 
 
-def _gather(task: Task, ledger: Ledger | None, run_id: str | None, device: str | None) -> _Facts:
+def _gather(task: Task, ledger: Ledger | None, run_id: str | None, device: str | None,
+            device_name: str | None = None) -> _Facts:
     run = None
     other_device_runs = 0
     if run_id is not None:
@@ -135,15 +140,17 @@ def _gather(task: Task, ledger: Ledger | None, run_id: str | None, device: str |
             raise BriefError(f"run '{run_id}' was judged on {run['device']}, not {device}")
     elif ledger is not None:
         runs = [r for r in ledger.list_runs() if r["task"] == task.name]
-        fitting = [r for r in runs if device is None or r["device"] == device]
+        fitting = [r for r in runs if (device is None or r["device"] == device)
+                   and (device_name is None or r["device_name"] == device_name)]
         other_device_runs = len(runs) - len(fitting)
         run = fitting[-1] if fitting else None  # list_runs is oldest first
     if device is None:
         device = run["device"] if run else ("cuda" if torch.cuda.is_available() else "cpu")
-    device_name = run["device_name"] if run else _local_device_name(device)
+    device_name = run["device_name"] if run else (device_name or _local_device_name(device))
     ceilings = _cached_ceilings(device, device_name)
     facts = _Facts(task=task, device=device, device_name=device_name, roof=_roof(device, device_name, ceilings),
-                   ceilings=ceilings, run=run, other_device_runs=other_device_runs)
+                   ceilings=ceilings, run=run, other_device_runs=other_device_runs,
+                   ref_times=_reference_times(ledger, task.name, device, device_name) if ledger else {})
     if ledger is not None:
         facts.ideas = ledger.ideas(task.name)
     if run is not None:
@@ -176,6 +183,21 @@ def _cached_ceilings(device: str, device_name: str | None) -> dict | None:
     return cached_ceilings(*device_identity("cpu"))
 
 
+def _reference_times(ledger: Ledger, task_name: str, device: str, device_name: str | None) -> dict:
+    """The reference's medians the judge measured for this task on this device (same device name), from
+    every run's attempts, the newest measurement of each shape and dtype winning."""
+    found: dict = {}
+    for run in ledger.list_runs():
+        if run["task"] != task_name or run["device"] != device or run["device_name"] != device_name:
+            continue
+        for attempt in ledger.attempts(run["id"]):
+            for row in attempt.get("shapes") or []:
+                if row.get("ref_median_us") is not None and not row.get("held_out"):
+                    key = (tuple(sorted(row["shape"].items())), str(row["dtype"]).removeprefix("torch."))
+                    found[key] = (row["ref_median_us"], row.get("mode") or "eager", attempt["created_at"][:10])
+    return found
+
+
 def _roof(device: str, device_name: str | None, ceilings: dict | None) -> Roof:
     if ceilings and ceilings.get("copy_tbps"):
         return Roof(ceilings["copy_tbps"], ceilings.get("matmul_tflops"),
@@ -195,6 +217,13 @@ def _roof(device: str, device_name: str | None, ceilings: dict | None) -> Roof:
                     "here; the judge's floors use measured ceilings, which sit below datasheet peaks")
     return Roof(None, None, f"no measured ceilings and no datasheet for {device_name or 'this GPU (not detected here)'}"
                 ": floors unknown")
+
+
+def device_targets(task: Task, ledger: Ledger | None, device: str, device_name: str | None = None) -> str:
+    """The hardware lines (datasheet leads and measured ceilings, each named as such) and the Goal's
+    per-shape table (floors, measured reference times) for ``device``: what ``program.md`` shows."""
+    facts = _gather(task, ledger, None, device, device_name)
+    return _hardware(facts, 1).removeprefix("## Hardware\n\n") + "\n\n" + "\n".join(_targets(facts, False))
 
 
 # -- sections and fitting -------------------------------------------------------------------------------
@@ -288,26 +317,49 @@ def _goal(f: _Facts, full: bool) -> str:
         lines.append("- Current best: none yet. The first candidate that passes becomes the best; then beat it.")
     if f.run and f.run.get("goal_speedup"):
         lines.append(f"- Run target: {f.run['goal_speedup']:g}x.")
+    lines += ["", *_targets(f, full)]
+    return "\n".join(lines)
+
+
+def _targets(f: _Facts, full: bool) -> list[str]:
+    """The per-shape table of the device's shape set: weight, roofline floor and the reference's measured
+    time per dtype, with where the floors and times come from."""
     shapes = list(f.task.shape_set(f.device).public)
     dtypes = list(f.task.dtypes)
-    lines += ["", f"Roofline targets per public shape ({f.device} shape set). Floors: {f.roof.basis}. "
-              "floor = max(bytes / copy bandwidth, FLOPs / matmul rate); a time more than "
-              f"{ROOFLINE_SLACK:.0%} under the judge's floor is refused (`beyond_roofline`).", ""]
+    lines = [f"Roofline targets per public shape ({f.device} shape set"
+             + (f", {f.device_name}" if f.device == "cuda" and f.device_name else "") + f"). Floors: {f.roof.basis}. "
+             "floor = max(bytes / copy bandwidth, FLOPs / matmul rate); a time more than "
+             f"{ROOFLINE_SLACK:.0%} under the judge's floor is refused (`beyond_roofline`).", ""]
     names = [_dtype_name(d) for d in dtypes]
-    head = ["shape", "weight"] + [f"floor µs {n}" for n in names]
+    head = ["shape", "weight"] + [f"floor µs {n}" for n in names] + [f"ref µs {n}" for n in names]
     if full:
         head += [f"AI FLOP/B ({names[0]})", "class"]
     lines += [_row(head), _row(["---"] * len(head))]
+    dates = set()
     for shape in shapes:
         row = [_shape(shape), f"{f.task.shape_weight(shape):g}"]
         for dtype in dtypes:
             cost = f.task.shape_cost(shape, dtype)
             row.append(_us(f.roof.floor_us(cost.bytes, cost.flops)) if cost else "-")
+        for dtype in dtypes:
+            measured = f.ref_times.get((tuple(sorted(shape.items())), _long_dtype(dtype)))
+            if measured:
+                dates.add(measured[2])
+                row.append(f"{_us(measured[0])} ({measured[1]})")
+            else:
+                row.append("-")
         if full:
             cost = f.task.shape_cost(shape, dtypes[0])
             ai = cost.flops / cost.bytes if cost and cost.bytes and not _is_kernelbench(f.task) else None
             row += [_num(ai), _bottleneck(cost, f.roof, flops_known=not _is_kernelbench(f.task)) if cost else "-"]
         lines.append(_row(row))
+    where = f.device_name or f.device
+    if dates:
+        lines += ["", f"ref µs: the reference's median as the judge measured it on {where} (ledger, "
+                  f"{min(dates)} to {max(dates)}; `graph` = CUDA-graph replay); '-': that shape not measured yet."]
+    else:
+        lines += ["", f"ref µs: not measured on this device yet (no judged attempt of {f.task.name} on {where} in "
+                  "the ledger); the first evaluation measures the reference beside your kernel."]
     if full:
         ridge = f.roof.ridge
         at = f" = {ridge:.3g} FLOP/B" if ridge else ", unknown here; AI under 1 is memory-bound anywhere"
@@ -315,7 +367,7 @@ def _goal(f: _Facts, full: bool) -> str:
                   f"copy bandwidth{at}): below it memory-bound, at or above it compute-bound. A measured time over "
                   f"{OVERHEAD_FACTOR:g}x its floor where the floor is under {OVERHEAD_TINY_US:g} µs is overhead-bound "
                   "(launch, reduction and synchronisation cost, not bytes, dominate)."]
-    return "\n".join(lines)
+    return lines
 
 
 def _bottleneck(cost, roof: Roof, median_us: float | None = None, floor_us: float | None = None,
@@ -606,12 +658,10 @@ def _history(f: _Facts, groups: list[_Group], n_groups: int | None, per_group: i
         lines.append("Why attempts failed (fail and error codes): "
                      + ", ".join(f"{c} ×{n}" for c, n in tally.most_common(10))
                      + (f", {len(tally) - 10} other codes" if len(tally) > 10 else "") + ".")
-    tried = [i for i in f.ideas if i["status"] == "tried" and any(a.get("idea_id") == i["id"] for a in atts)]
+    tried = [i for i in f.ideas if any(a.get("idea_id") == i["id"] for a in atts)]
     if tried and n_groups != 0:
-        lines.append("Ideas tried: " + "; ".join(
-            f"[{i['id']}] {_one_line(i['text'], 80)} → {_plural(i['attempts'], 'attempt')}, {i['passed']} passed"
-            + (f", best {i['best_speedup']:.2f}x" if i["best_speedup"] else "") + (", kept" if i["kept"] else "")
-            for i in tried[-8:]) + ".")
+        lines.append("Ideas tried, one line each (attempts linked to the idea, passes, best, last failure):")
+        lines += [_idea_outcome(i, atts) for i in tried[-8:]]
     live = [g for g in groups if g.kept or g.sha == best_sha]
     dead = [g for g in groups if g not in live]
     if n_groups != 0:
@@ -639,6 +689,19 @@ def _history(f: _Facts, groups: list[_Group], n_groups: int | None, per_group: i
         lines.append(f"Dead ends: {len(dead)} candidates never kept ({none} never passed). "
                      f"`ratchet show {f.run['id']}` lists every attempt.")
     return "\n".join(lines)
+
+
+def _idea_outcome(idea: dict, attempts: list[dict]) -> str:
+    """One idea in one line: "[3] pivot search → 4 attempts, 2 passed, best 1.80x; last failure
+    wrong_output: ..." (the counts are the ledger's, over every run of the task)."""
+    text = (f"- [{idea['id']}] {_one_line(idea['text'], 80)} → {_plural(idea['attempts'], 'attempt')}, "
+            f"{idea['passed']} passed" + (f", best {idea['best_speedup']:.2f}x" if idea["best_speedup"] else "")
+            + (", kept" if idea["kept"] else ""))
+    failed = [a for a in attempts if a.get("idea_id") == idea["id"] and a["verdict"] != "pass" and _reasons(a)]
+    if failed:
+        reason = _reasons(failed[-1])[0]
+        text += f"; last failure {reason['code']}: {_one_line(reason.get('detail', ''), 100)}"
+    return text
 
 
 def _group_lines(g: _Group, per_group: int, best_sha: str | None) -> list[str]:
@@ -766,15 +829,17 @@ def _rules(f: _Facts, full: bool) -> str:
                   "in a worker subprocess on fresh random inputs for every call, on public and held-out shapes, in "
                   "every dtype; it must not change its inputs, leave work running (threads, processes, other "
                   "streams), switch precision flags (TF32), or reach into the harness.",
-                  "- CUDA C++: build it inside `kernel` with `ratchet.cuda_build.load_cached` (one build per source "
-                  "and `-D` defines, reused by later calls and evaluations). Every SPACE value passed as a define "
-                  "is a build of its own, compiled in the config's first call (17-27 s on the H200's host with "
-                  "other evaluations running); pass what can be a runtime argument (block size, a flag) as one.",
+                  "- " + judge_facts.cuda_cpp_rule(),
                   "- Verdicts: `pass`; `fail` (wrong or cheating, with the codes below); `error` (could not be "
                   "judged). A pass is kept only if faster than the best beyond noise and slower on no shape."]
     forbidden = ", ".join(f"`{op}`" for op in t.forbidden)
     lines.append(f"- Forbidden ops (seen by the profiler however they are reached, a fallback included; code "
                  f"`forbidden_call`): {forbidden}." if t.forbidden else "- Forbidden ops: none for this task.")
+    if full:
+        spec = t.source_path or t.name
+        lines += ["", "How the judge times (what speedup and kept mean):", *judge_facts.timing_protocol(f.device),
+                  "", "Cheaper checks before a judged attempt (no GPU needed):",
+                  *judge_facts.correctness_only_check(spec), "- " + judge_facts.compile_check(spec)]
     lines += ["", "What the judge refuses (`fail`):"]
     lines += [f"- `{code}`: {why}" for code, why in FAIL_CODES.items()]
     lines += ["", "What it cannot judge (`error`):"]
@@ -888,6 +953,10 @@ def _shape(shape: dict) -> str:
 
 
 _SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
+
+
+def _long_dtype(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _dtype_name(dtype) -> str:

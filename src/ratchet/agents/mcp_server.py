@@ -79,15 +79,17 @@ def build_server(ledger_path: Path, device: str):
             return build_brief(t, ledger=None, run_id=None, device=device, max_chars=BRIEF_CHARS)
 
     @server.tool()
-    def start_run(task: str, target_speedup: float | None = None) -> dict[str, Any]:
+    def start_run(task: str, target_speedup: float | None = None, device_name: str | None = None) -> dict[str, Any]:
         """Create a run of TASK on this server's device for your attempts (proposer 'agent'); returns its id.
-        Pass it as `run` to judge, brief and history. target_speedup is the run's goal, e.g. 2.0."""
+        Pass it as `run` to judge, brief and history. target_speedup is the run's goal, e.g. 2.0.
+        device_name (e.g. "H200", with a cuda server) names the GPU that will judge the run when this
+        machine has none."""
         with tool_errors():
             from ratchet.task import load_task
 
             t = load_task(task)
             with Ledger(ledger_path) as ledger:
-                run_id = agents_api.create_agent_run(ledger, t, device, target_speedup)
+                run_id = agents_api.create_agent_run(ledger, t, device, target_speedup, device_name)
             return {"run": run_id, "task": t.name, "device": device}
 
     @server.tool()

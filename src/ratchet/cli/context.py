@@ -24,6 +24,8 @@ def register(sub, parser_class) -> None:
     p.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or .ratchet/ledger.sqlite)")
     p.add_argument("--device", choices=["cpu", "cuda"], help="the device the brief is for (default: the run's; "
                    "else cuda if present, else cpu); no GPU is needed to write a brief for cuda")
+    p.add_argument("--device-name", metavar="NAME", help="with --device cuda: the GPU the brief is for, e.g. H200 "
+                   "(its datasheet, cached ceilings and measured reference times; default: the local GPU)")
     p.add_argument("--max-chars", type=int, default=DEFAULT_MAX_CHARS, metavar="N",
                    help=f"bound on the brief's length in characters (default: {DEFAULT_MAX_CHARS})")
     p.add_argument("-o", "--output", metavar="FILE", help="write the brief to FILE instead of printing it")
@@ -39,12 +41,23 @@ def cmd_context(args) -> int:
     if args.max_chars <= 0:
         raise UsageError(f"--max-chars must be positive, not {args.max_chars}")
     task = load_task(args.task)
+    device_name = None
+    if args.device_name:
+        from ratchet.agents.api import resolve_device_name
+        from ratchet.run.ledger import LedgerError
+
+        if args.device != "cuda":
+            raise UsageError("--device-name names a GPU: it goes with --device cuda")
+        try:
+            device_name = resolve_device_name("cuda", args.device_name)
+        except LedgerError as exc:
+            raise UsageError(str(exc)) from None
     try:
         if default_ledger_path(args.ledger).exists() or args.run:
             with open_ledger(args.ledger, create=False) as ledger:  # never creates a ledger just to read it
-                text = build_brief(task, ledger, args.run, args.device, args.max_chars)
+                text = build_brief(task, ledger, args.run, args.device, args.max_chars, device_name)
         else:
-            text = build_brief(task, None, None, args.device, args.max_chars)
+            text = build_brief(task, None, None, args.device, args.max_chars, device_name)
     except BriefError as exc:
         raise UsageError(str(exc)) from None
     if args.output:

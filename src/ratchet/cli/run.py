@@ -18,22 +18,7 @@ def register(sub, parser_class) -> None:
     rn.add_argument("--proposer", choices=["tune", "llm"], default="tune",
                     help="what proposes the next attempt: tune (search each seed's SPACE) or llm (a model writes "
                     "candidate files, the tuner tunes their SPACE)")
-    llm = rn.add_argument_group("--proposer llm", "key from OPENAI_API_KEY or ANTHROPIC_API_KEY; the openai "
-                                "provider also honours OPENAI_BASE_URL")
-    llm.add_argument("--llm-provider", choices=["openai", "anthropic"], default="openai",
-                     help="openai: any OpenAI-compatible chat endpoint (OpenAI, vLLM, SGLang); anthropic: the "
-                     "Messages API (default: openai)")
-    llm.add_argument("--llm-model", metavar="NAME", help="the model the endpoint serves (required with --proposer llm)")
-    llm.add_argument("--llm-base-url", metavar="URL", help="endpoint, e.g. http://localhost:8000/v1 for a local vLLM "
-                     "(default: $OPENAI_BASE_URL, else the provider's API)")
-    llm.add_argument("--llm-max-tokens-total", type=int, metavar="N",
-                     help="start no model call once N tokens (in + out) were spent")
-    llm.add_argument("--llm-max-cost", type=float, metavar="USD",
-                     help="start no model call once this much was spent (needs the prices)")
-    llm.add_argument("--llm-price-in", type=float, default=0.0, metavar="USD",
-                     help="price per million input tokens (default 0: cost unknown)")
-    llm.add_argument("--llm-price-out", type=float, default=0.0, metavar="USD",
-                     help="price per million output tokens (default 0: cost unknown)")
+    add_llm_flags(rn)
     rn.add_argument("--sampler", choices=["tpe", "random", "grid"], default="tpe", help="the tuner's search strategy")
     rn.add_argument("--target", metavar="SPEEDUP", help="stop when the best reaches this speedup, e.g. 3x")
     budget = rn.add_mutually_exclusive_group()
@@ -50,6 +35,26 @@ def register(sub, parser_class) -> None:
     rn.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or .ratchet/ledger.sqlite)")
     rn.set_defaults(func=cmd_run)
 
+
+
+def add_llm_flags(parser) -> None:
+    """The --llm-* flags of ``ratchet run --proposer llm`` (shared with scripts that drive runs the same way)."""
+    llm = parser.add_argument_group("--proposer llm", "key from OPENAI_API_KEY or ANTHROPIC_API_KEY; the openai "
+                                "provider also honours OPENAI_BASE_URL")
+    llm.add_argument("--llm-provider", choices=["openai", "anthropic"], default="openai",
+                     help="openai: any OpenAI-compatible chat endpoint (OpenAI, vLLM, SGLang); anthropic: the "
+                     "Messages API (default: openai)")
+    llm.add_argument("--llm-model", metavar="NAME", help="the model the endpoint serves (required with --proposer llm)")
+    llm.add_argument("--llm-base-url", metavar="URL", help="endpoint, e.g. http://localhost:8000/v1 for a local vLLM "
+                     "(default: $OPENAI_BASE_URL, else the provider's API)")
+    llm.add_argument("--llm-max-tokens-total", type=int, metavar="N",
+                     help="start no model call once N tokens (in + out) were spent")
+    llm.add_argument("--llm-max-cost", type=float, metavar="USD",
+                     help="start no model call once this much was spent (needs the prices)")
+    llm.add_argument("--llm-price-in", type=float, default=0.0, metavar="USD",
+                     help="price per million input tokens (default 0: cost unknown)")
+    llm.add_argument("--llm-price-out", type=float, default=0.0, metavar="USD",
+                     help="price per million output tokens (default 0: cost unknown)")
 
 
 def cmd_run(args) -> int:
