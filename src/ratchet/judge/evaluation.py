@@ -3,6 +3,12 @@
 The reference's outputs exist only here; the candidate runs in its worker, the reference (for timing)
 in a worker of its own. Inputs come from a fresh secret seed per call, which this process also uses to
 remake the same inputs for checking.
+
+Phase order (docs/judge.md): the candidate's worker starts and imports; correctness is checked first on
+the smallest public shape at the task's first dtype, so a wrong kernel fails before the other compiles
+and shapes; only then does the reference's worker start (it imports while the other shapes and dtypes
+are checked); timing goes heaviest shape first, and with a race bar (judge.race) a candidate clearly
+slower than the run's best there is no longer timed.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from ratchet.judge.check import (as_tuple, check_dtypes, check_structure, check_
 from ratchet.judge.device_lock import holding
 from ratchet.judge.guards import suspect_source
 from ratchet.judge.process import Limits, WorkerFailure, WorkerProcess
+from ratchet.judge.race import RaceBar, race_decision
 from ratchet.judge.worker import sample_indices
 from ratchet.judge.timing import (CPU_POLICY, GPU_POLICY, MAX_HOLD_SCALE, CallCosts, TimingPolicy, launch_exposed,
                                   starting_hold_scale, summarize, too_many_exposed)
@@ -59,6 +66,9 @@ class JudgeOptions:
     # checks after the candidate's first call (which compiles, unlocked) and exclusively for each shape's
     # timing, so checks and compiles of several candidates overlap and nothing runs beside a timing.
     device_lock: Any = None
+    # The run's best at its heaviest shapes (judge.race.RaceBar, plain numbers): a candidate beyond it
+    # is no longer timed (verdict pass, raced). None: every candidate runs the whole protocol.
+    race: RaceBar | None = None
 
 
 class Abort(Exception):
@@ -102,7 +112,7 @@ class Evaluation:
                 raise Abort([Reason("harness_tampered", f"the candidate's source uses {', '.join(suspect)}, "
                                                         "which only code reaching into the judge needs")])
             mark = time.perf_counter()
-            self._start_workers()
+            self._start_candidate()
             verdict.phases_s["start"] = round(time.perf_counter() - mark, 3)
             mark = time.perf_counter()
             rows = self._correctness()
@@ -110,6 +120,7 @@ class Evaluation:
             if self.opts.time_it:
                 mark = time.perf_counter()
                 try:
+                    self._load_reference()
                     self._timing([r for r in rows if not r.held_out], verdict)
                 finally:
                     verdict.phases_s["timing"] = round(time.perf_counter() - mark, 3)
@@ -132,30 +143,40 @@ class Evaluation:
                                 **{part: round(s, 6) for part, s in self.correctness_parts.items()}}
         return verdict
 
-    def _start_workers(self):
-        limits = self.opts.limits
+    def _worker_env(self) -> dict:
         # On the CPU, Triton kernels run through Triton's interpreter (slow, but judged the same way).
         # One thread per CPU worker: two workers take turns on a small machine, and OpenMP threads
         # spinning in the idle one made the other's times noisy (docs/NOTES.md).
         env = {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"} if self.device == "cpu" else {}
         if self.opts.gpu_index is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(self.opts.gpu_index)
-        self.cand = WorkerProcess(limits, "candidate", env)
-        if self.opts.time_it:
-            self.ref = WorkerProcess(limits, "reference", env)
+        return env
+
+    def _load_message(self) -> dict:
         load = {"op": "load", "task": self.task.source_path or self.task.name, "device": self.device}
         if self.device == "cuda":
             from ratchet.judge.timing import LAUNCH_HOLD_US, cycles_for_us
 
             with torch.cuda.device(self.torch_device):
                 load["hold_cycles"] = cycles_for_us(LAUNCH_HOLD_US)
-        cand_reply, _ = self.cand.ask(dict(load, candidate=self.candidate.path, kind=self.candidate.kind,
-                                           config=self.config), limits.import_s)
-        self._raise_on_error(cand_reply)
-        if self.ref is not None:
-            ref_reply, _ = self.ref.ask(dict(load, candidate=None), limits.import_s)
-            if "error" in ref_reply:
-                raise Abort([Reason("reference_error", f"reference worker: {ref_reply['detail']}")])
+        return load
+
+    def _start_candidate(self):
+        self.cand = WorkerProcess(self.opts.limits, "candidate", self._worker_env())
+        reply, _ = self.cand.ask(dict(self._load_message(), candidate=self.candidate.path, kind=self.candidate.kind,
+                                      config=self.config), self.opts.limits.import_s)
+        self._raise_on_error(reply)
+
+    def _start_reference(self):
+        """Start the reference's worker (for timing): it imports while the candidate is checked further."""
+        if self.opts.time_it and self.ref is None:
+            self.ref = WorkerProcess(self.opts.limits, "reference", self._worker_env())
+
+    def _load_reference(self):
+        self._start_reference()
+        reply, _ = self.ref.ask(dict(self._load_message(), candidate=None), self.opts.limits.import_s)
+        if "error" in reply:
+            raise Abort([Reason("reference_error", f"reference worker: {reply['detail']}")])
 
     @contextlib.contextmanager
     def _gpu(self, mode: str):
@@ -172,13 +193,25 @@ class Evaluation:
         return public + held
 
     def _correctness(self) -> list[ShapeResult]:
-        rows = []
-        for dtype in self.task.dtypes:
-            for shape, held_out in self.shapes():
-                self._check_shape(shape, dtype, held_out)
-                rows.append(ShapeResult(shape=shape, dtype=str(dtype).removeprefix("torch."), held_out=held_out,
-                                        weight=self.task.shape_weight(shape)))
+        """Every shape at every dtype, the smallest public shape at the first dtype first: most wrong
+        kernels are wrong there too, and fail before the other compiles (dtypes) and the larger shapes.
+        The rows keep the declared order (dtype by dtype, public shapes then held-out ones)."""
+        plan = [(dtype, shape, held_out) for dtype in self.task.dtypes for shape, held_out in self.shapes()]
+        first_dtype = self.task.dtypes[0]
+        first = min((i for i, (dtype, _, held_out) in enumerate(plan) if dtype == first_dtype and not held_out),
+                    key=lambda i: self._size(plan[i][1], first_dtype))
+        rows: list[ShapeResult | None] = [None] * len(plan)
+        for step, i in enumerate([first] + [i for i in range(len(plan)) if i != first]):
+            dtype, shape, held_out = plan[i]
+            self._check_shape(shape, dtype, held_out)
+            rows[i] = ShapeResult(shape=shape, dtype=str(dtype).removeprefix("torch."), held_out=held_out,
+                                  weight=self.task.shape_weight(shape))
+            if step == 0:
+                self._start_reference()
         return rows
+
+    def _size(self, shape: dict, dtype) -> float:
+        return shape_size(self.task, shape, dtype)
 
     def _check_shape(self, shape: dict, dtype: torch.dtype, held_out: bool):
         rule = self.task.check if isinstance(self.task.check, StatisticalRule) else None
@@ -335,7 +368,7 @@ class Evaluation:
         verdict.ceilings = {"copy_tbps": ceilings.copy_tbps, "matmul_tflops": ceilings.matmul_tflops}
         if self.device == "cpu":
             verdict.notes.append("CPU times (one thread per worker) say nothing about GPU speed")
-        for row in rows:
+        for row in self._timing_order(rows):
             dtype = getattr(torch, row.dtype)
             with self._gpu("exclusive"):
                 eager = self._time_mode(row.shape, dtype, "eager")
@@ -343,7 +376,7 @@ class Evaluation:
             row.eager_median_us = eager["cand"][0]
             row.mode, cand, ref = "eager", eager["cand"], eager["ref"]
             row.times_us, row.ref_times_us = eager["cand_times"], eager["ref_times"]
-            if self.device == "cuda" and ref[0] < self.policy.graph_below_us:
+            if self.device == "cuda" and ref[0] < self.policy.graph_below_us and eager.get("raced") is None:
                 with self._gpu("exclusive"):
                     graph = self._time_graph(row.shape, dtype)
                 if graph is not None:
@@ -358,6 +391,26 @@ class Evaluation:
             row.reps = len(row.times_us)
             row.speedup = ref[0] / cand[0] if cand[0] > 0 else None
             self._roofline(row, dtype, ceilings)
+            raced = (graph if row.mode == "graph" else eager).get("raced")
+            if raced is not None:  # the other shapes are not timed
+                verdict.raced = True
+                verdict.race = {"shape": row.shape, "dtype": row.dtype, "mode": row.mode, "batches": raced.batches,
+                                "slower": round(raced.slower, 4), "threshold": round(raced.threshold, 4),
+                                "p_value": raced.p_value, "best_seq": raced_seq(self.opts.race, row)}
+                verdict.notes.append(f"raced: {raced.slower:.2f}x slower than the best at "
+                                     f"{_shape_text(row.shape)} {row.dtype} after {raced.batches} batches; "
+                                     "the other shapes were not timed")
+                return
+
+    def _timing_order(self, rows: list[ShapeResult]) -> list[ShapeResult]:
+        """The race bar's shapes first (in its order), then the heaviest first: a loser is seen early."""
+        bar = self.opts.race.order() if self.opts.race else []
+
+        def rank(row: ShapeResult):
+            key = (tuple(sorted(row.shape.items())), row.dtype)
+            return (bar.index(key) if key in bar else len(bar), -self._size(row.shape, getattr(torch, row.dtype)))
+
+        return sorted(rows, key=rank)
 
     def _roofline(self, row: ShapeResult, dtype, ceilings):
         cost = self.task.shape_cost(row.shape, dtype)
@@ -407,9 +460,12 @@ class Evaluation:
         # shape and the restarts made timing 107 of an evaluation's 150 s).
         extra["hold_scale"] = starting_hold_scale(warm_launches)
         pending = []  # timed calls whose outputs are checked after timing, restarts included
+        race = self.opts.race.entry(shape, str(dtype).removeprefix("torch."), mode) if self.opts.race else None
         while True:
-            run = self._measure(shape, dtype, label, extra, pending)
+            run = self._measure(shape, dtype, label, extra, pending, race)
             self.call_costs.merge(run["host"])
+            if run["raced"] is not None:  # beyond the bar: no restart with a longer hold either
+                break
             # Only the reference's launches decide: a busy host slows both sides' launches, while a slow
             # launch path of the candidate's own (host work before its kernels) is its cost and must stay
             # in its times; a longer hold would hide that host work from the events.
@@ -429,9 +485,9 @@ class Evaluation:
         if self.opts.guards:
             self._clock_check(cand[0], run["overhead"], run["gaps"], label)
         return {"cand": cand, "ref": ref, "cand_times": run["times"]["cand"], "ref_times": run["times"]["ref"],
-                "hold_scale": extra["hold_scale"], "exposed": run["exposed"]}
+                "hold_scale": extra["hold_scale"], "exposed": run["exposed"], "raced": run["raced"]}
 
-    def _measure(self, shape, dtype, label, extra: dict, pending: list) -> dict:
+    def _measure(self, shape, dtype, label, extra: dict, pending: list, race=None) -> dict:
         """Interleaved batches of both sides at one launch hold, until both medians are tight or time is up."""
         policy = self.policy
         sides = {"cand": self.cand, "ref": self.ref}
@@ -441,6 +497,7 @@ class Evaluation:
         exposed = {"cand": 0, "ref": 0}
         host = CallCosts()
         started = time.perf_counter()
+        batches = 0
         while True:
             order = ["cand", "ref"]
             self.rng.shuffle(order)
@@ -460,12 +517,20 @@ class Evaluation:
                     for index, seed in enumerate(seeds):
                         if not pending or self.rng.random() < policy.verify_fraction:
                             pending.append(self._fetch_timed(seed, index))
+            batches += 1
             n = len(times["cand"])
             cand, ref = summarize(times["cand"]), summarize(times["ref"])
             tight = cand[2] < policy.target_rse and ref[2] < policy.target_rse and n >= policy.min_reps
             spent = time.perf_counter() - started
-            if tight or spent > policy.cap_s * 2 or n >= policy.max_reps or time.perf_counter() > self.deadline:
-                return {"times": times, "overhead": overhead, "gaps": gaps, "exposed": exposed, "host": host}
+            done = tight or spent > policy.cap_s * 2 or n >= policy.max_reps or time.perf_counter() > self.deadline
+            raced = None
+            # The race bar is asked at a few fixed looks and once at the end: few looks keep the chance
+            # of racing an honest, no-slower candidate small (judge.race).
+            if race is not None and (done or batches in self.opts.race.looks):
+                raced = race_decision(race, self.opts.race, times["cand"], times["ref"], batches)
+            if done or raced is not None:
+                return {"times": times, "overhead": overhead, "gaps": gaps, "exposed": exposed, "host": host,
+                        "raced": raced}
 
     def _fetch_timed(self, seed, index: int) -> tuple:
         """The outputs of call ``index`` of the timed batch that just returned (random elements of large
@@ -529,6 +594,23 @@ def _note_hold(verdict: Verdict, row: ShapeResult, mode: str, timed: dict):
     if any(too_many_exposed(exposed.get(side, 0), calls) for side in ("cand", "ref")):
         verdict.notes.append(f"{label}: launches outlasted the hold in {exposed.get('cand', 0)} candidate and "
                              f"{exposed.get('ref', 0)} reference calls (their host launch time is in their times)")
+
+
+def shape_size(task: Task, shape: dict, dtype) -> float:
+    """How heavy a shape is: the bytes and FLOPs of the task's cost model, else its element count."""
+    cost = task.shape_cost(shape, getattr(torch, dtype) if isinstance(dtype, str) else dtype)
+    if cost is not None:
+        return float(cost.bytes) + float(cost.flops)
+    return float(math.prod(shape.values()))
+
+
+def raced_seq(bar: RaceBar | None, row: ShapeResult):
+    entry = bar.entry(row.shape, row.dtype, row.mode) if bar else None
+    return entry.best_seq if entry else None
+
+
+def _shape_text(shape: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in shape.items())
 
 
 def _quartile(xs: list[float]) -> float:
