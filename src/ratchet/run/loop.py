@@ -183,7 +183,12 @@ class Loop:
         """Judge next a composite of the attempts that win on different shapes, when there is a new one."""
         if not self.composites:
             return
-        made = composite.propose(self.ledger, self.run_id, self.task, composite.directory_for(self.ledger, self.run_id))
+        try:
+            made = composite.propose(self.ledger, self.run_id, self.task,
+                                     composite.directory_for(self.ledger, self.run_id))
+        except Exception:  # a composite is an extra: a task whose inputs cannot be made on the CPU, say
+            self.composites = False
+            return
         if made is None or made.candidate.sha256 in self.composite_parents:
             return
         self.composite_parents[made.candidate.sha256] = made
