@@ -87,7 +87,7 @@ def test_run_page_figures_and_attempt_source(server, ledger_path):
 
 
 JUNK = ["/nope", "/run", "/run/rdoesnotexist", "/run/%3Cscript%3E", "/run/a/b/c/d", "/run/{r}/attempt/x",
-        "/run/{r}/attempt/99999", "/run/{r}/attempt/-1", "/api/run/nope", "/api/whatever", "/static/x.js",
+        "/run/{r}/attempt/99999", "/run/{r}/attempt/-1", "/api/run/nope", "/api/whatever", "/static/x.js", "/static/plotly.min.js",
         "/campaign/c1", "/campaign/..%2F..", "/?" + "q" * 5000, "/run/{r}?" + "x=1&" * 2000, "/" + "a" * 3000,
         "/../../etc/passwd", "/run/" + "r" * 65]
 

@@ -65,9 +65,10 @@ def test_progress_points_are_the_ledger_attempts_by_outcome(ledger_path, run_id)
     fails = _sql(ledger_path, "SELECT json_extract(reasons_json, '$[0].code'), count(*) FROM attempts "
                  "WHERE run_id = ? AND verdict = 'fail' GROUP BY 1", (run_id,))
     assert {f"fail: {code}": n for code, n in fails} == {k: v for k, v in by_name.items() if k.startswith("fail")}
-    # The same attempts over wall time, and the best line ends at the run's best.
-    timed = [t for t in pic.figures["progress_time"].data if t.meta == "attempts"]
-    assert sum(len(t.x) for t in timed) == ATTEMPTS and all(x >= 0 for t in timed for x in t.x)
+    # Over wall time: the best line and the count of attempts, one value per attempt.
+    by_meta = {t.meta: t for t in pic.figures["progress_time"].data}
+    assert list(by_meta["count"].y) == list(range(1, ATTEMPTS + 1))
+    assert len(by_meta["best"].x) == ATTEMPTS and all(x >= 0 for x in by_meta["best"].x)
     best_line = next(t for t in pic.figures["progress"].data if t.meta == "best")
     best = _sql(ledger_path, "SELECT a.speedup FROM best b JOIN attempts a ON a.id = b.attempt_id "
                 "WHERE b.run_id = ? ORDER BY b.id DESC LIMIT 1", (run_id,))[0][0]
@@ -104,12 +105,14 @@ def test_best_shapes_roofline_lineage_and_landscape(ledger_path, run_id):
         expected.append(node["seq"])
         node = by_id.get(node["parent_attempt"])
     assert [a["seq"] for a in pic.chain] == sorted(expected) and len(expected) >= 2
-    # Landscape: per knob, every attempt once (timed and not).
+    # Landscape: per knob, a dot per passing attempt at its value, and per value the count of the others.
     for knob in ("BLOCK", "num_warps"):
-        traces = [t for t in pic.figures["landscape"].data if t.meta == f"knob {knob}"]
-        assert sum(len(t.x) for t in traces) == ATTEMPTS
-        values = Counter(x for t in traces for x in t.x)
-        assert values == Counter(str(a["config"][knob]) for a in pic.attempts)
+        dots = next(t for t in pic.figures["landscape"].data if t.meta == f"knob {knob}")
+        crosses = next(t for t in pic.figures["landscape"].data if t.meta == f"knob {knob} not timed")
+        timed = [a for a in pic.attempts if a["speedup"]]
+        assert Counter(dots.x) == Counter(str(a["config"][knob]) for a in timed)
+        assert dict(zip(crosses.x, crosses.customdata)) == dict(
+            Counter(str(a["config"][knob]) for a in pic.attempts if not a["speedup"]))
 
 
 def test_report_file_is_self_contained_small_and_names_the_run(ledger_path, run_id, tmp_path, capsys):

@@ -24,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import plotly
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
@@ -33,6 +34,7 @@ from ratchet.report.ledger_view import LedgerView
 from ratchet.run.ledger import LedgerError
 
 POLL_MS = 1000
+PLOTLY_URL = f"/static/plotly-{plotly.__version__}.min.js"  # versioned: the browser may cache it for good
 MAX_QUERY = 1024  # no page takes a query; a long one is junk
 TABLE_ATTEMPTS = 200  # the newest attempts listed on a run's page (the figures hold them all)
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -65,7 +67,7 @@ class Dashboard:
         if not parts:
             return "text/html", self.index().encode()
         head, rest = parts[0], parts[1:]
-        if head == "static" and rest == ["plotly.min.js"]:
+        if "/" + "/".join(parts) == PLOTLY_URL:
             return "application/javascript", self._plotly
         if head == "run" and len(rest) == 1:
             return "text/html", self.run_page(self._run_id(rest[0])).encode()
@@ -119,9 +121,9 @@ class Dashboard:
         return body
 
     # -- pages -----------------------------------------------------------------------------------------
-    def _page(self, title: str, body: str, script: str = "") -> str:
+    def _page(self, title: str, body: str, script: str = "", figures: bool = True) -> str:
         nav = '<p><a href="/">all runs</a></p>'
-        return report_html.page(title, nav + body, plotly_src="/static/plotly.min.js", script=script)
+        return report_html.page(title, nav + body, plotly_src=PLOTLY_URL, script=script, with_plotly=figures)
 
     def index(self) -> str:
         body = ("<h1>Ratchet dashboard</h1>"
@@ -142,7 +144,7 @@ async function tick() {
 }
 setTimeout(tick, POLL_MS);
 """)
-        return self._page("Ratchet dashboard", body, script)
+        return self._page("Ratchet dashboard", body, script, figures=False)
 
     def runs_html(self) -> str:
         runs = self.view.runs()
@@ -216,7 +218,7 @@ setTimeout(tick, POLL_MS);
                     ("shape", "held out", "correct", "median µs", "reference µs", "speedup", "TB/s"), rows))
                 + report_html.section(f"source: {a['candidate_path']}",
                                       f"<pre id=source>{escape(a['source'])}</pre>"))
-        return self._page(f"Ratchet {run_id} #{seq}", body)
+        return self._page(f"Ratchet {run_id} #{seq}", body, figures=False)
 
     def campaign_page(self, campaign_id: str) -> str:
         try:
@@ -288,8 +290,10 @@ class Handler(BaseHTTPRequestHandler):
         self._text_headers(b"405 the dashboard is read-only: GET or HEAD\n", allow=True)
 
     def _serve(self, send_body: bool) -> None:
+        path = ""
         try:
             parts = urlsplit(self.path)
+            path = parts.path
             if len(parts.query) > MAX_QUERY:
                 raise HttpError(414, "query too long")
             if not self.path.startswith("/"):
@@ -306,7 +310,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", kind if "charset" in kind or kind.startswith("text/plain") else
                          f"{kind}; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
+        # Everything but plotly.js changes as the ledger does; plotly.js is named by its version.
+        cached = status == 200 and path == PLOTLY_URL
+        self.send_header("Cache-Control", "max-age=86400, immutable" if cached else "no-store")
         self.send_header("Content-Security-Policy", _CSP)
         self.send_header("X-Content-Type-Options", "nosniff")
         self.end_headers()

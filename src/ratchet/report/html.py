@@ -117,8 +117,8 @@ def run_picture(view: LedgerView, run_id: str) -> RunPicture:
     pic = RunPicture(run, attempts, best, plots.lineage(attempts, best, history), ideas)
     shapes, pic.notes["shapes"] = plots.shapes_figure(best)
     roofline, pic.notes["roofline"] = plots.roofline_figure(best, run)
-    pic.figures = {"progress": plots.progress_figure(run, attempts, "attempt"),
-                   "progress_time": plots.progress_figure(run, attempts, "time"),
+    pic.figures = {"progress": plots.progress_figure(run, attempts),
+                   "progress_time": plots.progress_time_figure(run, attempts),
                    "failures": plots.failure_figure(attempts), "shapes": shapes, "roofline": roofline,
                    "lineage": plots.lineage_figure(pic.chain, ideas)}
     landscape = plots.landscape_figure(attempts)
@@ -193,7 +193,7 @@ def campaign_body(view: LedgerView, campaign_id: str, ledger_path: str | Path) -
                       r["status"]) for r in amdahl]),
         note("" if any(r["share"] is not None for r in amdahl) else
              "the campaign stores no profile, so the shares are not known here")))
-    small = [figure_div(plots.progress_figure(r, view.attempts(r["id"]), "attempt", small=True), f"fig-run-{i}")
+    small = [figure_div(plots.progress_figure(r, view.attempts(r["id"]), small=True), f"fig-run-{i}")
              for i, r in enumerate(runs)]
     parts.append(section("each op's run", '<div class="small-multiples">' + "".join(small) + "</div>"))
     gates = [(r["id"], g) for r in runs for g in read_gates(ledger_path, r["id"])]
@@ -208,9 +208,12 @@ def campaign_body(view: LedgerView, campaign_id: str, ledger_path: str | Path) -
 
 # -- pages -----------------------------------------------------------------------------------------------
 
-def page(title: str, body: str, plotly_src: str | None = None, script: str = "") -> str:
-    """A whole page. ``plotly_src`` None: plotly.js inline (the self-contained report); else its URL."""
-    if plotly_src is None:
+def page(title: str, body: str, plotly_src: str | None = None, script: str = "", with_plotly: bool = True) -> str:
+    """A whole page. ``plotly_src`` None: plotly.js inline (the self-contained report); else its URL;
+    ``with_plotly`` False for a page without figures."""
+    if not with_plotly:
+        plotly = ""
+    elif plotly_src is None:
         plotly = f"<script>{get_plotlyjs()}</script>"
     else:
         plotly = f'<script src="{escape(plotly_src)}"></script>'

@@ -115,31 +115,44 @@ def best_curve(attempts: list[dict]) -> tuple[list[int], list[float]]:
 
 # -- a run -----------------------------------------------------------------------------------------------
 
-def progress_figure(run: dict, attempts: list[dict], by: str = "attempt", small: bool = False) -> go.Figure:
-    """Best speedup against attempts (``by='attempt'``) or wall time (``by='time'``), every attempt a point
-    coloured by outcome: one trace per outcome, named by it, holding exactly those attempts. Hover text
-    only on the attempts panel: a 500-attempt report carries it once."""
-    start = _start(run)
-    x_of = (lambda a: a["seq"]) if by == "attempt" else (lambda a: _elapsed_min(a, start))
-    detailed = by == "attempt" and not small
+def progress_figure(run: dict, attempts: list[dict], small: bool = False) -> go.Figure:
+    """Best speedup against attempts, every attempt a point coloured by outcome: one trace per outcome,
+    named by it, holding exactly those attempts (the failures at 0, as crosses)."""
     fig = go.Figure()
-    _, best = best_curve(attempts)
-    fig.add_trace(go.Scatter(x=[x_of(a) for a in attempts], y=best, mode="lines", name="best", meta="best",
+    xs, best = best_curve(attempts)
+    fig.add_trace(go.Scatter(x=xs, y=best, mode="lines", name="best", meta="best",
                              line=dict(shape="hv", color="#2ca02c", width=2), hoverinfo="skip"))
     order = outcome_order(attempts)
     colors = outcome_colors(order)
     for name in order:
         mine = [a for a in attempts if outcome(a) == name]
         fig.add_trace(go.Scatter(
-            x=[x_of(a) for a in mine], y=[_y(a) for a in mine], mode="markers", name=f"{name} ({len(mine)})",
+            x=[a["seq"] for a in mine], y=[_y(a) for a in mine], mode="markers", name=f"{name} ({len(mine)})",
             meta="attempts", marker=dict(color=colors[name], size=5 if small else 7,
                                          symbol=SYMBOL_TIMED if mine and mine[0].get("speedup") else SYMBOL_UNTIMED),
-            text=[_hover(a) for a in mine] if detailed else None, hoverinfo="text" if detailed else "x+y"))
-    title = "best speedup vs " + ("attempts" if by == "attempt" else "wall time (minutes since the run started)")
-    fig.update_layout(**LAYOUT, title=f"{run['id']} {run['task']}" if small else title,
-                      xaxis_title="attempt" if by == "attempt" else "minutes", yaxis_title="speedup (x reference)")
+            text=None if small else [_hover(a) for a in mine], hoverinfo="x+y" if small else "text"))
+    fig.update_layout(**LAYOUT, title=f"{run['id']} {run['task']}" if small else "best speedup vs attempts",
+                      xaxis_title="attempt", yaxis_title="speedup (x reference)")
     if small:
         fig.update_layout(height=240, showlegend=False, margin=dict(l=40, r=10, t=40, b=30))
+    return fig
+
+
+def progress_time_figure(run: dict, attempts: list[dict]) -> go.Figure:
+    """Best speedup against wall time (minutes since the run started), with the attempts judged so far on a
+    second axis: how fast the search moves, beside how far it got. Lines only; the points are on the
+    attempts plot."""
+    start = _start(run)
+    minutes = [_elapsed_min(a, start) for a in attempts]
+    _, best = best_curve(attempts)
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Scatter(x=minutes, y=best, mode="lines", name="best speedup", meta="best",
+                             line=dict(shape="hv", color="#2ca02c", width=2)), secondary_y=False)
+    fig.add_trace(go.Scatter(x=minutes, y=[a["seq"] for a in attempts], mode="lines", name="attempts judged",
+                             meta="count", line=dict(color="#999", dash="dot")), secondary_y=True)
+    fig.update_layout(**LAYOUT, title="best speedup vs wall time", xaxis_title="minutes since the run started")
+    fig.update_yaxes(title_text="speedup (x reference)", secondary_y=False)
+    fig.update_yaxes(title_text="attempts", secondary_y=True)
     return fig
 
 
@@ -262,8 +275,10 @@ def knobs(attempts: list[dict]) -> list[str]:
 
 
 def landscape_figure(attempts: list[dict]) -> go.Figure | None:
-    """The tuner's landscape: per knob of the SPACE, the speedup of every config by that knob's value
-    (passing attempts as dots, the others at 0 as crosses). None when no attempt had a config."""
+    """The tuner's landscape: per knob of the SPACE, the speedup of every passing config by that knob's
+    value (one dot each), and per value one cross at 0 labelled with how many configs did not pass (their
+    count in ``customdata``: hundreds of crosses on one spot would say less). None when no attempt had a
+    config."""
     names = knobs(attempts)
     if not names:
         return None
@@ -271,16 +286,21 @@ def landscape_figure(attempts: list[dict]) -> go.Figure | None:
     for col, knob in enumerate(names, start=1):
         mine = [a for a in attempts if knob in (a.get("config") or {})]
         values = sorted({str(a["config"][knob]) for a in mine}, key=_value_order)
-        for timed in (True, False):
-            part = [a for a in mine if bool(a.get("speedup")) == timed]
-            fig.add_trace(go.Scatter(
-                x=[str(a["config"][knob]) for a in part], y=[_y(a) for a in part], mode="markers",
-                meta=f"knob {knob}", name=f"{knob} {'timed' if timed else 'not timed'}",
-                text=[f"#{a['seq']}" for a in part], hoverinfo="text+y", marker=dict(
-                    size=6, opacity=0.6, color="#1f77b4" if timed else "#d62728",
-                    symbol=SYMBOL_TIMED if timed else SYMBOL_UNTIMED)), row=1, col=col)
+        timed = [a for a in mine if a.get("speedup")]
+        fig.add_trace(go.Scatter(
+            x=[str(a["config"][knob]) for a in timed], y=[_y(a) for a in timed], mode="markers",
+            meta=f"knob {knob}", name=knob, text=[f"#{a['seq']}" for a in timed], hoverinfo="text+y",
+            marker=dict(size=6, opacity=0.6, color="#1f77b4", symbol=SYMBOL_TIMED)), row=1, col=col)
+        untimed = Counter(str(a["config"][knob]) for a in mine if not a.get("speedup"))
+        failed = [v for v in values if untimed[v]]
+        fig.add_trace(go.Scatter(
+            x=failed, y=[0.0] * len(failed), customdata=[untimed[v] for v in failed], mode="markers+text",
+            meta=f"knob {knob} not timed", name=f"{knob} not timed", text=[f"{untimed[v]} failed" for v in failed],
+            textposition="top center", hoverinfo="text", textfont=dict(size=9, color="#d62728"),
+            marker=dict(size=8, color="#d62728", symbol=SYMBOL_UNTIMED)), row=1, col=col)
         fig.update_xaxes(type="category", categoryorder="array", categoryarray=values, row=1, col=col)
-    fig.update_layout(**LAYOUT, title="the tuner's landscape: speedup by each knob's value", showlegend=False)
+    fig.update_layout(**LAYOUT, title="the tuner's landscape: speedup by each knob's value (failures counted at 0)",
+                      showlegend=False)
     return fig
 
 
