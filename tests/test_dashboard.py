@@ -15,6 +15,7 @@ from ratchet.cli import main
 from ratchet.report.dashboard import make_server
 from ratchet.run.ledger import Ledger
 from report_ledger import add_attempt, make_run
+from test_report import campaign_ledger  # noqa: F401 (a fixture)
 
 
 @pytest.fixture()
@@ -162,3 +163,20 @@ def test_cli_refuses_bad_input_in_one_line(tmp_path, capsys):
     assert "is not a port number" in capsys.readouterr().err
     assert main(["dashboard", "--ledger", str(path), "--port", "x"]) == 2
     assert "invalid int value" in capsys.readouterr().err
+
+
+def test_campaigns_on_a_ledger_that_records_them(campaign_ledger):
+    path, runs = campaign_ledger
+    srv = make_server(path, port=0)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        page = get(srv, "/")[2].decode()
+        assert 'href="/campaign/c1"' in page and all(f'href="/run/{r}"' in page for r in runs)
+        status, _, body = get(srv, "/campaign/c1")
+        assert status == 200 and all(r in body.decode() for r in runs[:2]) and "fig-stack-0" in body.decode()
+        assert get(srv, "/campaign/c9")[0] == 404
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        srv.dashboard.close()

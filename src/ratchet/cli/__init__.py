@@ -15,7 +15,8 @@ import sys
 from ratchet.cli.common import EXIT_USAGE, Parser, UsageError
 
 # The order is the order of ``ratchet --help``.
-COMMANDS = ("eval", "run", "runs", "tasks", "hw", "idea", "context", "program", "mcp", "profile", "gate", "stack", "report", "dashboard")
+COMMANDS = ("eval", "run", "runs", "tasks", "hw", "idea", "context", "program", "mcp", "profile", "gate", "stack",
+            "report", "dashboard")
 
 
 def _modules() -> list[str]:

@@ -174,7 +174,7 @@ setTimeout(tick, POLL_MS);
 
     def run_page(self, run_id: str) -> str:
         pic = report_html.run_picture(self.view, run_id)
-        body = report_html.run_body(self.view, run_id, self.ledger_path)
+        body = report_html.run_body(self.view, run_id, self.ledger_path, pic)
         body += "<h2>attempts (newest first)</h2>" + f'<div id="attempts">{attempts_table(run_id, pic.attempts)}</div>'
         script = _script(f"""
 const RUN = {json.dumps(run_id)};
@@ -234,7 +234,8 @@ def attempts_table(run_id: str, attempts: list[dict]) -> str:
              escape(str(a.get("candidate_path") or "").rsplit("/", 1)[-1]), escape(json.dumps(a.get("config") or {})),
              escape(plots.outcome(a)), report_html._fmt_x(a.get("speedup")),
              escape(((a.get("reasons") or [{}])[0] or {}).get("detail", "")[:120])) for a in newest]
-    more = f'<p class="note">{len(attempts) - len(newest)} older attempts not listed</p>' if len(attempts) > len(newest) else ""
+    older = len(attempts) - len(newest)
+    more = f'<p class="note">{older} older attempts not listed</p>' if older else ""
     return _raw_table(("#", "candidate", "config", "outcome", "speedup", "first reason"), rows, "attempts-table") + more
 
 

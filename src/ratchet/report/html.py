@@ -128,8 +128,8 @@ def run_picture(view: LedgerView, run_id: str) -> RunPicture:
     return pic
 
 
-def run_body(view: LedgerView, run_id: str, ledger_path: str | Path) -> str:
-    pic = run_picture(view, run_id)
+def run_body(view: LedgerView, run_id: str, ledger_path: str | Path, pic: RunPicture | None = None) -> str:
+    pic = pic or run_picture(view, run_id)
     figures, notes = pic.figures, pic.notes
     failures = plots.failure_counts(pic.attempts)
     parts = [run_header(pic.run),

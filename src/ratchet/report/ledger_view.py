@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ratchet.run.ledger import APPLICATION_ID, MIGRATIONS, Ledger, LedgerError
+from ratchet.run.ledger import APPLICATION_ID, Ledger, LedgerError
 
 _JSON_COLUMNS = {"options_json": ("options", {}), "config_json": ("config", {}), "reasons_json": ("reasons", []),
                  "shapes_json": ("shapes", []), "cost_json": ("cost", None), "extra_json": ("extra", {})}
@@ -65,8 +65,7 @@ class LedgerView:
         if app_id != APPLICATION_ID or version < 1:
             self._conn.close()
             raise LedgerError(f"{self.path} is not a Ratchet ledger")
-        self.schema_version = version
-        self.known_schema = version <= len(MIGRATIONS)
+        self.schema_version = version  # a newer schema is read too: only columns known to exist are named
         self._lock = threading.Lock()
         self.has_campaigns = self._has_table("campaigns") and "campaign" in self._columns("runs")
 

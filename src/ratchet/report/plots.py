@@ -161,8 +161,7 @@ def failure_figure(attempts: list[dict]) -> go.Figure:
     codes = sorted(counts, key=lambda c: (-counts[c], c))
     errors = {first_reason(a) for a in attempts if a.get("verdict") == "error"}
     fig = go.Figure(go.Bar(x=codes, y=[counts[c] for c in codes], meta="reasons", name="attempts",
-                           marker_color=["#ff7f0e" if c in errors else "#d62728" for c in codes],
-                           text=[counts[c] for c in codes], textposition="outside"))
+                           marker_color=["#ff7f0e" if c in errors else "#d62728" for c in codes]))
     fig.update_layout(**LAYOUT, title=f"why attempts did not pass (first reason; {sum(counts.values())} of "
                       f"{len(attempts)}; red fail, orange error)", yaxis_title="attempts")
     return fig
@@ -206,25 +205,24 @@ def ceilings_for(best: dict | None, run: dict) -> tuple[dict | None, str]:
 
 
 def roofline_figure(best: dict | None, run: dict) -> tuple[go.Figure, str]:
-    """The best per shape: achieved TB/s and TFLOP/s against the ceilings (dashed lines)."""
+    """The best per shape: achieved TB/s and TFLOP/s against the ceilings (dashed lines, named in the
+    legend). No text labels on the page: each one costs the browser a layout when it opens the report."""
     rows = timed_rows(best)
     ceilings, source = ceilings_for(best, run)
     labels = [shape_label(r) for r in rows]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("bandwidth, TB/s", "compute, TFLOP/s"))
     fig.add_trace(go.Bar(x=labels, y=[r.get("achieved_tbps") for r in rows], name="achieved TB/s",
                          meta="tbps", marker_color="#1f77b4",
-                         text=[f"{100 * r['roofline_fraction']:.0f}% of floor" if r.get("roofline_fraction")
-                               else "" for r in rows]), row=1, col=1)
+                         hovertext=[f"{100 * r['roofline_fraction']:.0f}% of the roofline floor"
+                                    if r.get("roofline_fraction") else "" for r in rows]), row=1, col=1)
     fig.add_trace(go.Bar(x=labels, y=[r.get("achieved_tflops") for r in rows], name="achieved TFLOP/s",
                          meta="tflops", marker_color="#ff7f0e"), row=1, col=2)
-    if ceilings:
-        if ceilings.get("copy_tbps"):
-            fig.add_hline(y=ceilings["copy_tbps"], line_dash="dash", line_color="#d62728", row=1, col=1,
-                          annotation_text=f"copy {ceilings['copy_tbps']:.2f} TB/s")
-        if ceilings.get("matmul_tflops"):
-            fig.add_hline(y=ceilings["matmul_tflops"], line_dash="dash", line_color="#d62728", row=1, col=2,
-                          annotation_text=f"matmul {ceilings['matmul_tflops']:.1f} TFLOP/s")
-    fig.update_layout(**LAYOUT, title="the best on the roofline", showlegend=False)
+    for col, key, unit in ((1, "copy_tbps", "TB/s copy"), (2, "matmul_tflops", "TFLOP/s matmul")):
+        if ceilings and ceilings.get(key) and labels:
+            fig.add_trace(go.Scatter(x=[labels[0], labels[-1]], y=[ceilings[key]] * 2, mode="lines",
+                                     name=f"ceiling {ceilings[key]:.4g} {unit}", meta=f"ceiling {key}",
+                                     line=dict(dash="dash", color="#d62728")), row=1, col=col)
+    fig.update_layout(**LAYOUT, title="the best on the roofline")
     return fig, source
 
 
@@ -260,9 +258,8 @@ def lineage_figure(chain: list[dict], ideas: dict[int, str]) -> go.Figure:
         idea = ideas.get(a.get("idea_id")) or a.get("idea") or ""
         return f"{_hover(a)}<br>proposer {a.get('proposer')}" + (f"<br>idea: {idea[:80]}" if idea else "")
 
-    fig.add_trace(go.Scatter(x=[a["seq"] for a in chain], y=[_y(a) for a in chain], mode="markers+text",
-                             meta="lineage", name="attempt", text=[a.get("proposer") or "" for a in chain],
-                             textposition="top center", hovertext=[text(a) for a in chain], hoverinfo="text",
+    fig.add_trace(go.Scatter(x=[a["seq"] for a in chain], y=[_y(a) for a in chain], mode="markers",
+                             meta="lineage", name="attempt", hovertext=[text(a) for a in chain], hoverinfo="text",
                              marker=dict(size=11, color=[_COLORS[KEPT] if a.get("kept") else _COLORS[PASSED]
                                                          for a in chain])))
     fig.update_layout(**LAYOUT, title="lineage of the best (parents and the bests it replaced)",
@@ -276,9 +273,9 @@ def knobs(attempts: list[dict]) -> list[str]:
 
 def landscape_figure(attempts: list[dict]) -> go.Figure | None:
     """The tuner's landscape: per knob of the SPACE, the speedup of every passing config by that knob's
-    value (one dot each), and per value one cross at 0 labelled with how many configs did not pass (their
-    count in ``customdata``: hundreds of crosses on one spot would say less). None when no attempt had a
-    config."""
+    value (one dot each), and per value one cross at 0 sized by how many configs did not pass (the count
+    in ``customdata`` and the hover: hundreds of crosses on one spot would say less). None when no attempt
+    had a config."""
     names = knobs(attempts)
     if not names:
         return None
@@ -293,13 +290,15 @@ def landscape_figure(attempts: list[dict]) -> go.Figure | None:
             marker=dict(size=6, opacity=0.6, color="#1f77b4", symbol=SYMBOL_TIMED)), row=1, col=col)
         untimed = Counter(str(a["config"][knob]) for a in mine if not a.get("speedup"))
         failed = [v for v in values if untimed[v]]
+        most = max(untimed.values(), default=1)
         fig.add_trace(go.Scatter(
-            x=failed, y=[0.0] * len(failed), customdata=[untimed[v] for v in failed], mode="markers+text",
-            meta=f"knob {knob} not timed", name=f"{knob} not timed", text=[f"{untimed[v]} failed" for v in failed],
-            textposition="top center", hoverinfo="text", textfont=dict(size=9, color="#d62728"),
-            marker=dict(size=8, color="#d62728", symbol=SYMBOL_UNTIMED)), row=1, col=col)
+            x=failed, y=[0.0] * len(failed), customdata=[untimed[v] for v in failed], mode="markers",
+            meta=f"knob {knob} not timed", name=f"{knob} not timed", hoverinfo="text",
+            hovertext=[f"{knob}={v}: {untimed[v]} configs did not pass" for v in failed],
+            marker=dict(size=[6 + 12 * (untimed[v] / most) ** 0.5 for v in failed], color="#d62728",
+                        symbol=SYMBOL_UNTIMED)), row=1, col=col)
         fig.update_xaxes(type="category", categoryorder="array", categoryarray=values, row=1, col=col)
-    fig.update_layout(**LAYOUT, title="the tuner's landscape: speedup by each knob's value (failures counted at 0)",
+    fig.update_layout(**LAYOUT, title="the tuner's landscape: speedup by each knob's value (crosses at 0: configs that did not pass)",
                       showlegend=False)
     return fig
 
