@@ -14,7 +14,7 @@ import pytest
 from chromium_cdp import Chromium, find_chromium
 from ratchet.report import plots
 from ratchet.report.dashboard import make_server
-from ratchet.report.html import write_report
+from ratchet.report.html import run_picture, write_report
 from ratchet.report.ledger_view import LedgerView
 from ratchet.run.ledger import Ledger
 from report_ledger import SPACE, add_attempt, make_run
@@ -143,6 +143,13 @@ def test_dashboard_draws_a_new_attempt_within_seconds(browser, dashboard):
                      timeout=5.0)
     seen_after = time.monotonic() - landed
     assert "#33" in browser.evaluate("document.getElementById('attempts').innerText")
+    # The tables follow too: attempt 31 became the best, and the lineage table lists it with the first.
+    with LedgerView(path) as view:
+        chain = [a["seq"] for a in run_picture(view, run_id).chain]
+    assert 31 in chain and len(chain) >= 2
+    rows = browser.wait_for(f"(() => {{ const r = [...document.querySelectorAll('#tbl-lineage tr')].slice(1)"
+                            f".map(tr => tr.cells[0].innerText); return r.length === {len(chain)} && r; }})()")
+    assert [int(r) for r in rows] == chain
     shot = browser.screenshot(ARTEFACTS / "dashboard-run.png")
     # An attempt's page: its source as text, its verdict with reasons.
     browser.navigate(f"{base}/run/{run_id}/attempt/2")

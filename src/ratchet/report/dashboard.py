@@ -114,7 +114,7 @@ class Dashboard:
         body = json.dumps({
             "progress": progress,
             "figures": {name: json.loads(pio.to_json(fig, validate=False)) for name, fig in pic.figures.items()},
-            "attempts_html": attempts_table(run_id, pic.attempts),
+            "blocks": {**report_html.run_blocks(pic), "attempts": attempts_table(run_id, pic.attempts)},
         }).encode()
         with self._lock:
             self._cache[run_id] = (key, body)
@@ -189,8 +189,10 @@ async function tick() {{
         const el = document.getElementById('fig-' + name);
         if (el) await Plotly.react(el, fig.data, fig.layout, CONFIG);
       }}
-      document.getElementById('attempts').innerHTML = f.attempts_html;
-      document.getElementById('attempt-count').textContent = f.progress.attempts;
+      for (const [id, html] of Object.entries(f.blocks)) {{
+        const el = document.getElementById(id);
+        if (el) el.innerHTML = html;
+      }}
       last = f.progress;
     }}
   }} catch (e) {{}}

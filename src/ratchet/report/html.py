@@ -122,28 +122,40 @@ def run_picture(view: LedgerView, run_id: str) -> RunPicture:
                    "failures": plots.failure_figure(attempts), "shapes": shapes, "roofline": roofline,
                    "lineage": plots.lineage_figure(pic.chain, ideas)}
     landscape = plots.landscape_figure(attempts)
-    if landscape is not None:
-        pic.figures["landscape"] = landscape
+    # Always a figure, empty until a config is searched: the dashboard redraws it in place when one is.
+    pic.figures["landscape"] = landscape if landscape is not None else go.Figure(layout=plots.LAYOUT)
     pic.notes["landscape"] = "" if landscape is not None else "no attempt carried a config (no SPACE was searched)"
     return pic
 
 
+def run_blocks(pic: RunPicture) -> dict[str, str]:
+    """The run's text parts by element id (the header, the tables, the notes): the dashboard replaces them
+    when the ledger moves, as it redraws the figures."""
+    failures = plots.failure_counts(pic.attempts)
+    return {"run-header": run_header(pic.run),
+            "tbl-failures": table(("reason", "attempts"), sorted(failures.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "tbl-shapes": note(pic.notes["shapes"]) + best_table(pic.best),
+            "note-roofline": note(pic.notes["roofline"]),
+            "tbl-lineage": lineage_table(pic.chain, pic.ideas),
+            "note-landscape": note(pic.notes["landscape"])}
+
+
 def run_body(view: LedgerView, run_id: str, ledger_path: str | Path, pic: RunPicture | None = None) -> str:
     pic = pic or run_picture(view, run_id)
-    figures, notes = pic.figures, pic.notes
-    failures = plots.failure_counts(pic.attempts)
-    parts = [run_header(pic.run),
+    figures, blocks = pic.figures, run_blocks(pic)
+
+    def block(name: str) -> str:
+        return f'<div id="{name}">{blocks[name]}</div>'
+
+    parts = [block("run-header"),
              section("progress", figure_div(figures["progress"], "fig-progress"),
                      figure_div(figures["progress_time"], "fig-progress_time")),
-             section("failures by reason", figure_div(figures["failures"], "fig-failures"),
-                     table(("reason", "attempts"), sorted(failures.items(), key=lambda kv: (-kv[1], kv[0])))),
-             section("the best per shape", figure_div(figures["shapes"], "fig-shapes"), note(notes["shapes"]),
-                     best_table(pic.best)),
-             section("roofline", figure_div(figures["roofline"], "fig-roofline"), note(notes["roofline"])),
-             section("lineage of the best", figure_div(figures["lineage"], "fig-lineage"),
-                     lineage_table(pic.chain, pic.ideas)),
-             section("the tuner's landscape", figure_div(figures["landscape"], "fig-landscape")
-                     if "landscape" in figures else "", note(notes["landscape"]))]
+             section("failures by reason", figure_div(figures["failures"], "fig-failures"), block("tbl-failures")),
+             section("the best per shape", figure_div(figures["shapes"], "fig-shapes"), block("tbl-shapes")),
+             section("roofline", figure_div(figures["roofline"], "fig-roofline"), block("note-roofline")),
+             section("lineage of the best", figure_div(figures["lineage"], "fig-lineage"), block("tbl-lineage")),
+             section("the tuner's landscape", figure_div(figures["landscape"], "fig-landscape"),
+                     block("note-landscape"))]
     gates = read_gates(ledger_path, run_id)
     if gates:
         parts.append(section("end-to-end gates", *(gate_html(g, f"fig-gate-{i}") for i, g in enumerate(gates))))
