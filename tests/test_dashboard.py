@@ -8,6 +8,8 @@ import time
 import urllib.error
 import urllib.request
 import random
+import re
+import socket
 
 import pytest
 
@@ -102,6 +104,19 @@ def test_junk_requests_get_a_short_4xx_text(server, ledger_path):
     for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS", "BREW"):
         status, kind, body = get(server, "/", method)
         assert status == 405 and b"read-only" in body and b"Traceback" not in body, method
+
+
+def test_a_request_that_is_not_http_gets_a_400_line(server):
+    host, port = server.server_address[:2]
+    for raw in (b"NOT HTTP AT ALL\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n", b"GET " + b"/x" * 40000 + b" HTTP/1.1\r\n\r\n"):
+        with socket.create_connection((host, port), timeout=10) as conn:
+            conn.sendall(raw)
+            reply = b""
+            while chunk := conn.recv(65536):
+                reply += chunk
+        # A request line that is not HTTP/1.x gets an HTTP/0.9 answer: the body alone, our one line.
+        status = int(re.match(rb"(?:HTTP/\d\.\d )?(\d{3})", reply).group(1))
+        assert 400 <= status < 500 and b"Traceback" not in reply and b"<html" not in reply.lower(), reply[:200]
 
 
 def test_a_session_of_requests_never_changes_the_ledger(server, ledger_path):

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from chromium_cdp import Chromium, find_chromium
-from ratchet.report import plots
-from ratchet.report.dashboard import make_server
-from ratchet.report.html import run_picture, write_report
-from ratchet.report.ledger_view import LedgerView
-from ratchet.run.ledger import Ledger
-from report_ledger import SPACE, add_attempt, make_run
+pytest.importorskip("websocket", reason="the browser tests need websocket-client (pip install -e '.[test]')")
+from chromium_cdp import Chromium, find_chromium  # noqa: E402
+from ratchet.report import plots  # noqa: E402
+from ratchet.report.dashboard import make_server  # noqa: E402
+from ratchet.report.html import run_picture, write_report  # noqa: E402
+from ratchet.report.ledger_view import LedgerView  # noqa: E402
+from ratchet.run.ledger import Ledger  # noqa: E402
+from report_ledger import SPACE, add_attempt, make_run  # noqa: E402
 
 CHROMIUM = find_chromium()
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this machine: install Debian's "

@@ -276,6 +276,12 @@ class Handler(BaseHTTPRequestHandler):
     error_message_format = "%(code)d %(message)s\n"  # one line, no HTML page, no traceback
     dashboard: Dashboard  # set on the class made by make_server
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # The base class answers an unknown HTTP version with 505: to this server it is a malformed request.
+        if code == HTTPStatus.HTTP_VERSION_NOT_SUPPORTED:
+            code = HTTPStatus.BAD_REQUEST
+        super().send_error(code, message, explain)
+
     def do_GET(self) -> None:
         self._serve(send_body=True)
 
