@@ -105,6 +105,8 @@ def test_best_shapes_roofline_lineage_and_landscape(ledger_path, run_id):
         expected.append(node["seq"])
         node = by_id.get(node["parent_attempt"])
     assert [a["seq"] for a in pic.chain] == sorted(expected) and len(expected) >= 2
+    hover = next(t for t in pic.figures["lineage"].data if t.meta == "lineage").hovertext
+    assert "idea: one program per row, &lt;b&gt;vectorised&lt;/b&gt; loads" in hover[0]  # Plotly reads tags
     # Landscape: per knob, a dot per passing attempt at its value, and per value the count of the others.
     for knob in ("BLOCK", "num_warps"):
         dots = next(t for t in pic.figures["landscape"].data if t.meta == f"knob {knob}")

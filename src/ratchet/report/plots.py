@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
+from html import escape
 from typing import Any, Iterable
 
 import plotly.graph_objects as go
@@ -91,11 +92,12 @@ def _start(run: dict) -> datetime | None:
 
 
 def _hover(a: dict) -> str:
+    """One attempt in a hover label. Plotly reads a few HTML tags in labels: people's text is escaped."""
     name = str(a.get("candidate_path") or "").rsplit("/", 1)[-1]
     config = ",".join(f"{k}={v}" for k, v in (a.get("config") or {}).items())
     speed = f" {a['speedup']:.3f}x" if a.get("speedup") else ""
     why = f" {first_reason(a)}" if first_reason(a) else ""
-    return f"#{a['seq']} {name} {config[:60]} {a.get('verdict')}{speed}{why}"
+    return escape(f"#{a['seq']} {name} {config[:60]} {a.get('verdict')}{speed}{why}")
 
 
 def _y(a: dict) -> float:
@@ -246,18 +248,17 @@ def lineage(attempts: list[dict], best: dict | None, history: list[dict]) -> lis
 
 def lineage_figure(chain: list[dict], ideas: dict[int, str]) -> go.Figure:
     """Attempts of the lineage by seq and speedup, an arrow from each parent (or replaced best) to the next."""
-    ids = {a["id"] for a in chain}
+    in_chain = {a["id"]: a for a in chain}
     ex, ey = [], []
     for prev, a in zip(chain, chain[1:]):
-        parent = next((p for p in chain if p["id"] == a.get("parent_attempt")), prev) if a.get(
-            "parent_attempt") in ids else prev
+        parent = in_chain.get(a.get("parent_attempt"), prev)  # no recorded parent: the best it replaced
         ex += [parent["seq"], a["seq"], None]
         ey += [_y(parent), _y(a), None]
     fig = go.Figure(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#aaa"), hoverinfo="skip", name="from"))
 
     def text(a):
-        idea = ideas.get(a.get("idea_id")) or a.get("idea") or ""
-        return f"{_hover(a)}<br>proposer {a.get('proposer')}" + (f"<br>idea: {idea[:80]}" if idea else "")
+        idea = escape(ideas.get(a.get("idea_id")) or a.get("idea") or "")
+        return f"{_hover(a)}<br>proposer {escape(str(a.get('proposer')))}" + (f"<br>idea: {idea[:80]}" if idea else "")
 
     fig.add_trace(go.Scatter(x=[a["seq"] for a in chain], y=[_y(a) for a in chain], mode="markers",
                              meta="lineage", name="attempt", hovertext=[text(a) for a in chain], hoverinfo="text",
