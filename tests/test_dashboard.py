@@ -134,6 +134,7 @@ def test_a_session_of_requests_never_changes_the_ledger(server, ledger_path):
     assert fingerprint() == before
 
 
+@pytest.mark.slow
 def test_follows_a_run_writing_ten_attempts_a_second(server, ledger_path):
     """A writer records attempts through the ledger API at 10/s for 5 s; the endpoint the page polls
     reports each count within a few seconds, and the latest within 2 s of the last write."""

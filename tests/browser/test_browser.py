@@ -21,8 +21,9 @@ from ratchet.run.ledger import Ledger  # noqa: E402
 from report_ledger import SPACE, add_attempt, make_run  # noqa: E402
 
 CHROMIUM = find_chromium()
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this machine: install Debian's "
-                                "'chromium' package (apt-get install chromium) to run the browser tests")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+    CHROMIUM is None, reason="no Chromium on this machine: install Debian's 'chromium' package "
+    "(apt-get install chromium) to run the browser tests")]
 ARTEFACTS = Path(os.environ.get("RATCHET_BROWSER_ARTEFACTS", Path(__file__).resolve().parents[2] / "out" / "browser"))
 REPORT_ATTEMPTS = 500
 LOAD_BUDGET_MS = 2000
