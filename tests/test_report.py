@@ -243,3 +243,20 @@ def test_unknown_campaign_is_one_line(campaign_ledger, tmp_path, capsys):
     path, _ = campaign_ledger
     assert main(["report", "c9", "-o", str(tmp_path / "x.html"), "--ledger", str(path)]) == 2
     assert "unknown run or campaign 'c9'" in capsys.readouterr().err
+
+
+def test_outcomes_and_peers_from_rows_as_other_ledgers_write_them():
+    # A keep_reason as a column of its own (or in the verdict's extra): "raced..." is raced unless kept.
+    assert plots.outcome({"verdict": "pass", "kept": 0, "keep_reason": "raced: lost to #12"}) == plots.RACED
+    assert plots.outcome({"verdict": "pass", "kept": 1, "keep_reason": "raced: won"}) == plots.KEPT
+    assert plots.outcome({"verdict": "fail", "kept": 0, "reasons": [{"code": "wrong_output", "detail": ""}]}) \
+        == "fail: wrong_output"
+    assert plots.outcome({"verdict": "error", "kept": 0, "reasons": [{"code": "timeout", "detail": ""}]}) == plots.ERROR
+    # Peer times stored with the rows become bars of their own: the peer's median over the best's.
+    best = {"seq": 4, "shapes": [
+        {"shape": {"T": 1}, "dtype": "bf16", "median_us": 2.0, "speedup": 3.0, "peers": {"torch_compile": 3.0}},
+        {"shape": {"T": 8}, "dtype": "bf16", "median_us": 4.0, "speedup": 2.5, "peers": {}}]}
+    fig, note = plots.shapes_figure(best)
+    assert note == ""
+    bars = {t.meta: list(t.y) for t in fig.data}
+    assert bars == {"vs reference": [3.0, 2.5], "vs torch_compile": [1.5, None]}
