@@ -7,7 +7,8 @@ one line on stderr starting ``ratchet: error:`` and exits 2 (``eval`` may exit 1
 The inputs are chosen to fail fast: the ledger named by ``RATCHET_LEDGER`` does not exist, positionals
 are junk or files that are no task, candidate or run. Only what would do long real work once its
 arguments were accepted is stubbed: ``hw`` (may measure the machine), ``mcp`` (serves on stdin until it
-closes), ``stack`` (builds and times a model: its WORKLOAD is a choice, so the fuzzer reaches it).
+closes), ``stack`` (builds and times a model: its WORKLOAD is a choice, so the fuzzer reaches it),
+``dashboard`` (serves the ledger until Ctrl-C, once a ledger the fuzz made exists).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import ratchet.cli as cli
 
 EXAMPLES = int(os.environ.get("RATCHET_FUZZ_CLI_EXAMPLES", "1400"))
 EXAMPLE_LIMIT_S = 20
-LONG_RUNNING = ("hw", "mcp", "stack")
+LONG_RUNNING = ("hw", "mcp", "stack", "dashboard")
 ALLOWED_CODES = {"eval": {0, 1, 2}, "doctor": {0, 1, 2}}
 SEEN: dict[str, int] = {}
 

@@ -16,7 +16,7 @@ from ratchet.cli.common import EXIT_USAGE, Parser, UsageError
 
 # The order is the order of ``ratchet --help``.
 COMMANDS = ("eval", "check", "run", "runs", "tasks", "hw", "idea", "context", "program", "mcp", "profile", "gate",
-            "stack", "doctor")
+            "stack", "report", "dashboard", "doctor")
 
 
 def _modules() -> list[str]:
