@@ -71,12 +71,13 @@ def test_a_measurement_times_as_the_workers_do(cache, monkeypatch):
         return real(fn, rounds, reps)
 
     monkeypatch.setattr(ceil, "_cpu_round_s", spy)
+    before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         c = ceil.measure("cpu", *ceil.device_identity("cpu"), threads=ceil.JUDGE_CPU_THREADS)
         assert torch.get_num_threads() == 2
     finally:
-        torch.set_num_threads(os.cpu_count() or 1)
+        torch.set_num_threads(before)
     assert seen and set(seen) == {ceil.JUDGE_CPU_THREADS}
     assert len(seen) == 6  # four copy sizes and two matmul sizes, each several rounds
     assert c.copy_tbps > 0 and c.matmul_tflops > 0 and 0 <= c.spread <= 1

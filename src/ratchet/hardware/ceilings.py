@@ -98,7 +98,7 @@ def host_id() -> str:
 def device_identity(device: str) -> tuple[str, str]:
     """(device name, driver): what runs and briefs call the device."""
     if device == "cuda":
-        name = torch.cuda.get_device_name(0)
+        name = torch.cuda.get_device_name(torch.cuda.current_device())  # the one a measurement uses
         driver = f"cuda {torch.version.cuda}"
         try:
             import pynvml

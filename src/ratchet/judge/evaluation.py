@@ -216,6 +216,10 @@ class Evaluation:
         if "error" in reply:
             raise Abort([Reason("reference_error", f"reference worker: {reply['detail']}")])
 
+    def _on_judged_gpu(self):
+        """Make the GPU this evaluation judges on the current one (ceilings measure "cuda")."""
+        return torch.cuda.device(self.torch_device) if self.device == "cuda" else contextlib.nullcontext()
+
     @contextlib.contextmanager
     def _gpu(self, mode: str):
         asked = time.perf_counter()
@@ -423,7 +427,7 @@ class Evaluation:
     def _timing(self, rows: list[ShapeResult], verdict: Verdict):
         from ratchet.hardware.ceilings import get_ceilings
 
-        with self._gpu("exclusive"):  # measured once per device (then cached): alone on the GPU
+        with self._gpu("exclusive"), self._on_judged_gpu():  # measured alone on the GPU being judged
             ceilings = self.opts.ceilings or get_ceilings(self.device)
         verdict.device_name = ceilings.device_name  # _roofline updates these when it re-measures
         verdict.ceilings = {"copy_tbps": ceilings.copy_tbps, "matmul_tflops": ceilings.matmul_tflops}
@@ -495,7 +499,7 @@ class Evaluation:
             stale = ceilings
             if any(under(r.ref_median_us, c, stale) for r, c in costs):
                 refute(stale)  # proven too low: never judged against again, whatever the fresh number
-            with self._gpu("exclusive"):
+            with self._gpu("exclusive"), self._on_judged_gpu():
                 ceilings = remeasure_ceilings(self.device, attempts=RECHECK_ATTEMPTS).best_with(stale)
             verdict.notes.append(f"ceilings re-measured before judging the roofline: copy {ceilings.copy_tbps:.3g} "
                                  f"TB/s, matmul {ceilings.matmul_tflops:.3g} TFLOP/s (those used were copy "
