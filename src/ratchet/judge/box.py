@@ -75,6 +75,8 @@ AF_UNIX = 1
 # Device files a worker opens for writing: the null and random devices, and the GPU's.
 DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 DEVICE_GLOBS = ("/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/*")
+# More /proc folders a worker may write (none needed on the H200 so far: its own pid's is always allowed).
+PROC_WRITABLE: tuple[str, ...] = ()
 
 # Where compilers keep their builds, and where the box points them when the user has not.
 BUILD_CACHE_ENV = {
@@ -214,6 +216,11 @@ def _landlock(plan: BoxPlan):
         _allow(ruleset, "/", read)
         for path in (plan.scratch, *plan.writable):
             _allow(ruleset, path, handled_fs)
+        # The worker's own /proc entry (this process execs the worker, so the pid is the worker's): CUDA's
+        # driver writes there at init (its threads' names under task/*/comm) and fails with error 304
+        # ("OS call failed") when it cannot; measured on the H200, 2026-12-01. Writes only, nothing made.
+        for path in (f"/proc/{os.getpid()}", *PROC_WRITABLE):
+            _allow(ruleset, path, FS_WRITE_FILE | (FS_TRUNCATE if abi >= 3 else 0))
         device = (FS_READ_FILE | FS_WRITE_FILE | (FS_TRUNCATE if abi >= 3 else 0)
                   | (FS_IOCTL_DEV if abi >= 5 else 0))
         for path in (*DEVICE_FILES, *(p for pattern in DEVICE_GLOBS for p in glob.glob(pattern))):
