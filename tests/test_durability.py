@@ -179,6 +179,13 @@ def examine_whole(path: Path) -> bool:
 # -- killing the real `ratchet run` ---------------------------------------------------------------------
 
 
+def has_run(path: Path) -> bool:
+    if not path.exists():
+        return False
+    with Ledger(path) as led:
+        return bool(led.list_runs())
+
+
 def ledger_state(path: Path) -> tuple[dict, list[tuple]]:
     with Ledger(path) as led:
         (run,) = led.list_runs()
@@ -195,7 +202,7 @@ def test_sigkill_of_ratchet_run_at_four_moments_then_resume(tmp_path):
     rng = random.Random(11)
     before: list[tuple] = []
     for moment in ("startup", "in-write record_attempt", "judging", "in-write record_attempt"):
-        run_id = ledger_state(ledger)[0]["id"] if ledger.exists() and Ledger(ledger).list_runs() else None
+        run_id = ledger_state(ledger)[0]["id"] if has_run(ledger) else None
         args = ["run", "--resume", run_id] if run_id else \
             ["run", TASK, "--seed", TUNABLE, "--device", "cpu", "--budget", str(budget), "--sampler", "random"]
         env = dict(os.environ, RATCHET_LEDGER=str(ledger),
@@ -215,7 +222,7 @@ def test_sigkill_of_ratchet_run_at_four_moments_then_resume(tmp_path):
             kill(proc)
         output = "\n".join(lines.drain())
         assert "Traceback" not in output and "attempt budget spent" not in output, output[-2000:]
-        if not ledger.exists() or not Ledger(ledger).list_runs():
+        if not has_run(ledger):
             continue  # killed before the run was created: the next start makes it
         run, rows = ledger_state(ledger)
         assert run["status"] == GONE, moment
