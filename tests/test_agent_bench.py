@@ -230,3 +230,14 @@ def test_table_reads_a_recorded_ledger(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "| geglu | 0 | 0/0 | - | not measured | not measured | 0.0 | - |" in text
     assert bench.main(["table", "--ledger", str(tmp_path / "none.sqlite")]) == 2
+
+
+def test_setup_with_the_llm_proposer_needs_a_model_in_one_line(tmp_path, capsys):
+    bench = _bench_module()
+    code = bench.main(["setup", "--proposer", "llm", "--device", "cpu", "--ledger", str(tmp_path / "l.sqlite")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--llm-model" in err
+    code = bench.main(["setup", "--ops", "softmax", "--device", "cpu", "--ledger", str(tmp_path / "l.sqlite")])
+    err = capsys.readouterr().err
+    assert code == 2 and "unknown op 'softmax'" in err
+    assert not (tmp_path / "l.sqlite").exists() or not Ledger(tmp_path / "l.sqlite").list_runs()
