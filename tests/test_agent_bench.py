@@ -241,3 +241,15 @@ def test_setup_with_the_llm_proposer_needs_a_model_in_one_line(tmp_path, capsys)
     err = capsys.readouterr().err
     assert code == 2 and "unknown op 'softmax'" in err
     assert not (tmp_path / "l.sqlite").exists() or not Ledger(tmp_path / "l.sqlite").list_runs()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+def test_start_passes_on_the_gpu_shapes(op, capsys):
+    """On a GPU: the GPU shape set (real vocabularies, 128 experts, paged caches) and its held-out ranges."""
+    code = main(["eval", str(BENCH / op / "task.py"), str(BENCH / op / "start.py"), "--device", "cuda",
+                 "--no-timing", "--json"])
+    verdict = json.loads(capsys.readouterr().out)
+    assert (code, verdict["verdict"], verdict["reasons"]) == (0, "pass", [])
+    task = load_task(str(BENCH / op / "task.py"))
+    assert sum(not row["held_out"] for row in verdict["shapes"]) == len(task.gpu.public) * len(task.dtypes)
