@@ -3,6 +3,7 @@ attempts with the loop's keep rule, and `ratchet mcp` serves the same as MCP too
 spawns the server over stdio and calls every tool)."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -143,7 +144,9 @@ def test_mcp_client_calls_every_tool(tmp_path):
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
     ledger = tmp_path / "l.sqlite"
-    params = StdioServerParameters(command=sys.executable, cwd=str(tmp_path),
+    # The SDK passes a server only a few variables of its own choosing unless given env: RATCHET_CACHE (the
+    # suite's private ceilings cache) and PYTHONPATH (the code under test) must reach the server too.
+    params = StdioServerParameters(command=sys.executable, cwd=str(tmp_path), env=dict(os.environ),
                                    args=["-m", "ratchet", "mcp", "--ledger", str(ledger), "--device", "cpu"])
     seed_source = Path(SEED).read_text()
 

@@ -58,7 +58,7 @@ def test_resume_after_sigkill_loses_and_repeats_nothing(tmp_path):
         proc.wait()
         killed_at.append(runs(ledger)[0]["attempts"])
     run = runs(ledger)[0]
-    assert run["status"] == "running"  # killed, never marked finished
+    assert run["status"] == "gone"  # killed: the ledger says running, its process is gone
     before = attempts(ledger, run["id"])
     assert [row[0] for row in before] == list(range(1, len(before) + 1))
     done = ratchet("run", "--resume", run["id"], ledger=ledger)

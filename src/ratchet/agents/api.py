@@ -1,8 +1,9 @@
 """What outside coding agents use: runs they record into, judging a candidate into a run, the run's
 history in short, ideas, and the ``program.md`` that tells an agent the loop and the rules.
 
-``ratchet eval --run``, ``ratchet program`` and the MCP server (``ratchet mcp``) are thin over this
-module. An agent's attempt is recorded and kept or discarded by the same code as the loop's
+``ratchet eval`` (one file or many, with or without ``--run``), ``ratchet program`` and the MCP server
+(``ratchet mcp``) are thin over this module: ``judge_files`` is the one path from candidate files to
+verdicts and into a run. An agent's attempt is recorded and kept or discarded by the same code as the loop's
 (``ratchet.run.record.record_and_keep``), with the run's own task file and device, so an agent cannot
 choose an easier task, another device or judge flags (``--allow``, ``--no-timing``) for a run.
 """
@@ -13,12 +14,15 @@ import hashlib
 import inspect
 import shlex
 import textwrap
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
-from ratchet.candidate import Candidate, load_candidate
+from ratchet.candidate import Candidate, CandidateError, load_candidate
+from ratchet.judge import JudgeOptions, evaluate
+from ratchet.judge.verdict import Reason, Verdict
 from ratchet.run.keep import KeepDecision
-from ratchet.run.ledger import Ledger, LedgerError
+from ratchet.run.ledger import Ledger, LedgerError, config_key
 from ratchet.task import BUILTIN_TASKS_DIR, Task, builtin_task_names, load_task
 
 AGENT = "agent"  # the proposer name of attempts recorded by outside agents
@@ -121,7 +125,116 @@ def history(ledger: Ledger, run_id: str) -> dict[str, Any]:
     return {"run": summary, "attempts": attempts}
 
 
-# -- judging (the MCP tool; the CLI's cmd_eval does the same with its own printing) -------------------
+# -- judging: the one path from candidate files to verdicts (and into a run) -------------------------
+
+
+@dataclass
+class Judged:
+    """One file's outcome: the judge's verdict, or a ``bad_input`` error when the file was refused before
+    judging (``refused`` says why, one line); with a run, the attempt's place in it (``recorded``)."""
+
+    path: str
+    verdict: Verdict
+    recorded: dict[str, Any] = field(default_factory=dict)
+    refused: str | None = None
+    counters: dict[str, Any] | None = None
+    error: Exception | None = field(default=None, repr=False)  # the refusal, to raise where one file was asked
+
+    def to_json(self, with_times: bool = False) -> dict[str, Any]:
+        extra = {"counters": self.counters} if self.counters else {}
+        return {**self.verdict.to_json(with_times=with_times), **self.recorded, **extra}
+
+
+@dataclass
+class _Item:
+    path: str
+    candidate: Candidate | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    error: Exception | None = None
+
+
+def judge_files(task: Task, paths: Sequence[str], options: JudgeOptions, config: Mapping[str, Any] | None = None,
+                ledger: Ledger | None = None, run: Mapping[str, Any] | None = None, idea_id: int | None = None,
+                ncu: bool = False, on_result: Callable[[Judged], None] | None = None) -> list[Judged]:
+    """Judge candidate files in order, pipelined as the loop judges (``run.loop.judge_in_order``: on a
+    GPU the next files start, import and compile while one is timed); with ``run``, record each in order
+    with the keep rule (``run.record.record_and_keep``) and race it against the run's best.
+
+    ``ratchet eval`` (one file or many) and the MCP server's ``judge`` tool both come here, so a batch
+    gives the verdicts and ledger rows that judging the files one by one gives. A file that cannot be
+    judged (missing, a config outside its SPACE, a duplicate in the run, its own earlier copy in the
+    batch) gets a ``bad_input`` verdict and is not recorded; the others go on. ``on_result`` is called
+    with each outcome as it is committed, in order; the outcomes are also returned.
+    """
+    from ratchet.run.keep import race_bar
+    from ratchet.run.loop import judge_in_order
+
+    queue = list(paths)
+    seen: set[tuple[str, str]] = set()  # (source hash, config) of this batch's files taken so far
+    results: list[Judged] = []
+
+    def next_item() -> _Item | None:
+        if not queue:
+            return None
+        item = _Item(queue.pop(0))
+        try:
+            item.candidate = load_candidate(item.path)
+            item.config = item.candidate.resolve_config(config or {})
+            key = (item.candidate.sha256, config_key(item.config))
+            if run is not None:
+                if key in seen:
+                    raise LedgerError(f"run '{run['id']}' already has an attempt with this source and config "
+                                      f"{item.config} (change the code or the config)")
+                check_attempt(ledger, run, options.device, item.candidate, item.config, idea_id)
+            seen.add(key)
+        except (CandidateError, LedgerError) as exc:
+            item.error = exc
+        return item
+
+    def judge_one(item: _Item, opts: JudgeOptions) -> Verdict:
+        if item.error is not None:
+            return Verdict("error", [Reason("bad_input", str(item.error))], task=task.name, candidate=item.path)
+        if run is not None and opts.race is None:  # the run's best when this evaluation starts
+            opts = replace(opts, race=race_bar(ledger.best(run["id"]), task))
+        return evaluate(task, item.candidate, item.config, opts)
+
+    def commit(item: _Item, verdict: Verdict, opts: JudgeOptions) -> None:
+        judged = Judged(item.path, verdict, refused=item.error and str(item.error), error=item.error)
+        if item.error is None:
+            if ncu:  # after the verdict, with nothing timed beside it
+                from ratchet.diagnose.ncu import profile_judged
+                from ratchet.judge.device_lock import holding
+
+                with holding(opts.device_lock, "exclusive"):
+                    judged.counters = profile_judged(task, item.candidate, item.config, verdict.verdict,
+                                                     opts.device, gpu_index=opts.gpu_index).to_json()
+            if run is not None:
+                judged.recorded = record(ledger, run["id"], item.candidate, item.config,
+                                         verdict.to_json(with_times=True), idea_id)
+                if judged.counters and judged.counters.get("available"):
+                    from ratchet.run.record import attach_counters
+
+                    attempt = next(a for a in ledger.attempts(run["id"]) if a["seq"] == judged.recorded["attempt_seq"])
+                    attach_counters(ledger, attempt["id"], judged.counters)
+        results.append(judged)
+        if on_result is not None:
+            on_result(judged)
+
+    judge_in_order(next_item, judge_one, commit, [options])
+    return results
+
+
+def batch_options(device: str, **fields) -> JudgeOptions:
+    """Judge options for judging files in a row: on a GPU with a device lock, so the next files compile
+    and check while one is timed alone."""
+    from ratchet.judge.device_lock import DeviceLock
+
+    return JudgeOptions(device=device, device_lock=DeviceLock() if device == "cuda" else None, **fields)
+
+
+def worst_exit_code(results: Sequence[Judged]) -> int:
+    """2 if any file is an error (refused ones included), else 1 if any failed, else 0."""
+    return max((r.verdict.exit_code for r in results), default=0)
 
 
 def save_candidate(source: str, directory: Path) -> Path:
@@ -141,32 +254,31 @@ def default_device() -> str:
 
 def judge(ledger_path: Path, task_spec: str, candidate_path: str, config: Mapping[str, Any] | None = None,
           run_id: str | None = None, idea_id: int | None = None, device: str | None = None) -> dict[str, Any]:
-    """Judge a candidate file; with ``run_id``, record it in the run (the keep rule applies).
+    """Judge a candidate file (the MCP tool); with ``run_id``, record it in the run (the keep rule applies).
 
     Returns the verdict JSON (without raw times), plus ``kept`` and the attempt's place in the run
     when recorded. ``device`` is the default when there is no run; a run judges on its own device.
+    A file that cannot be judged raises its one-line error (CandidateError, LedgerError).
     """
-    from ratchet.judge import JudgeOptions, evaluate
-
-    candidate = load_candidate(candidate_path)
-    config = candidate.resolve_config(config or {})
     if run_id is None:
         if idea_id is not None:
             raise LedgerError("an idea is linked only to an attempt recorded in a run (give run)")
-        task, device = load_task(task_spec), device or default_device()
-        return {**evaluate(task, candidate, config, JudgeOptions(device=device)).to_json(), "kept": None}
+        (judged,) = judge_files(load_task(task_spec), [candidate_path], batch_options(device or default_device()),
+                                config)
+        _raise_refused(judged)
+        return {**judged.to_json(), "kept": None}
     with Ledger(ledger_path, create=False) as ledger:
         run = ledger.get_run(run_id)
         task = task_for_run(run, task_spec)
-        check_attempt(ledger, run, run["device"], candidate, config, idea_id)
-    _require_device(run["device"])
-    verdict = evaluate(task, candidate, config, JudgeOptions(device=run["device"])).to_json(with_times=True)
-    with Ledger(ledger_path) as ledger:
-        recorded = record(ledger, run_id, candidate, config, verdict, idea_id)
-    for row in verdict["shapes"]:  # raw times are for the keep rule, not for reading
-        row.pop("times_us", None)
-        row.pop("ref_times_us", None)
-    return {**verdict, **recorded}
+        _require_device(run["device"])
+        (judged,) = judge_files(task, [candidate_path], batch_options(run["device"]), config, ledger, run, idea_id)
+    _raise_refused(judged)
+    return judged.to_json()
+
+
+def _raise_refused(judged: Judged) -> None:
+    if judged.error is not None:
+        raise judged.error
 
 
 def _require_device(device: str) -> None:

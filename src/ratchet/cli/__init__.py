@@ -15,7 +15,8 @@ import sys
 from ratchet.cli.common import EXIT_USAGE, Parser, UsageError
 
 # The order is the order of ``ratchet --help``.
-COMMANDS = ("eval", "check", "run", "runs", "tasks", "hw", "idea", "context", "program", "mcp", "profile", "gate", "stack")
+COMMANDS = ("eval", "check", "run", "runs", "tasks", "hw", "idea", "context", "program", "mcp", "profile", "gate",
+            "stack", "report", "dashboard", "doctor")
 
 
 def _modules() -> list[str]:
@@ -81,10 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ratchet: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a path the user gave that cannot be used: too long, no permission, no space
+        where = f": {str(exc.filename)[:200]}" if exc.filename else ""
+        print(f"ratchet: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return EXIT_USAGE
     except Exception as exc:  # one line for every error the library names as the user's
         if not _is_user_error(exc):
             raise
-        print(f"ratchet: error: {exc}", file=sys.stderr)
+        print(f"ratchet: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_USAGE
 
 

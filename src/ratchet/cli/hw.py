@@ -1,4 +1,5 @@
-"""``ratchet hw``: the detected device, its datasheet sheet and the measured ceilings; ``--audit`` reads settings."""
+"""``ratchet hw``: the detected device, its datasheet sheet and the cached measured ceilings (with their date
+and key); ``--remeasure`` renews this machine's ceilings; ``--audit`` reads settings."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ def register(sub, parser_class) -> None:
     hw.add_argument("--audit", action="store_true", help=(
         "read clocks, power limit, persistence, PCIe link, ECC, MIG, CPU governor, NUMA and THP, and say what "
         "an owner of the bare metal could change and what it tends to buy (changes nothing)"))
+    hw.add_argument("--remeasure", action="store_true", help=(
+        "measure this machine's ceilings again (the CPU, and the GPU when there is one) as the judge's workers "
+        "time, and replace the cached entries (not cached when the machine is too busy to trust the numbers)"))
     hw.set_defaults(func=cmd_hw)
 
 
@@ -24,7 +28,13 @@ def cmd_hw(args) -> int:
     from ratchet.hardware.sheets import SHEETS, find_sheet
 
     if getattr(args, "audit", False):
+        if getattr(args, "remeasure", False):
+            raise UsageError("--audit reads settings and measures nothing; it does not take --remeasure")
         return _cmd_hw_audit(args)
+    if getattr(args, "remeasure", False):
+        if args.device_name:
+            raise UsageError("--remeasure measures this machine; it does not take --device-name")
+        return _cmd_hw_remeasure(args)
     if args.device_name:
         sheet = find_sheet(args.device_name)
         if sheet is None:
@@ -43,6 +53,7 @@ def cmd_hw(args) -> int:
             out["note"] = "no sheet for this device; the numbers above are what torch reports"
         else:
             out["note"] = "sheet values are datasheet leads; the judge measures the real ceilings"
+    out["cached_ceilings"] = _cached_entries()
     if args.json:
         print(json.dumps(out))
         return 0
@@ -67,7 +78,65 @@ def cmd_hw(args) -> int:
                 print(f"{key}: {_hw_cell(value)}")
     for note in sheet_json.get("notes", []):
         print(f"- {note}")
+    _print_cached(out["cached_ceilings"])
     print(out["note"])
+    return 0
+
+
+def _cached_entries() -> list[dict]:
+    """Every entry of the ceilings cache, newest first: its key, date, rates and whether the judge uses it."""
+    from ratchet.hardware.ceilings import entry_problem, read_cache
+
+    rows = []
+    for key, entry in read_cache().items():
+        problem = entry_problem(key, entry)
+        rows.append({"key": key, "measured_at": entry.get("measured_at"), "copy_tbps": entry.get("copy_tbps"),
+                     "matmul_tflops": entry.get("matmul_tflops"), "threads": entry.get("threads"),
+                     "usable": problem is None, "problem": problem, "measured_unix": entry.get("measured_unix", 0)})
+    rows.sort(key=lambda r: r["measured_unix"] if isinstance(r["measured_unix"], (int, float)) else 0, reverse=True)
+    for row in rows:
+        del row["measured_unix"]
+    return rows
+
+
+def _print_cached(rows: list[dict]) -> None:
+    from ratchet.hardware.ceilings import cache_path
+
+    if not rows:
+        print(f"No measured ceilings cached in {cache_path()} (the judge measures them at its first timing; "
+              "`ratchet hw --remeasure` does it now).")
+        return
+    print(f"Measured ceilings cached in {cache_path()}:")
+    for r in rows:
+        state = "used by the judge" if r["usable"] else f"not used: {r['problem']}"
+        print(f"- {r['measured_at']}: copy {_rate(r['copy_tbps'])} TB/s, matmul {_rate(r['matmul_tflops'])} "
+              f"TFLOP/s ({state}) [{r['key']}]")
+
+
+def _rate(value) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) else "?"
+
+
+def _cmd_hw_remeasure(args) -> int:
+    import torch
+
+    from ratchet.hardware.ceilings import remeasure_ceilings
+
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    measured = []
+    for device in devices:
+        c = remeasure_ceilings(device, attempts=3)
+        measured.append({"device": device, "key": c.key, "measured_at": c.measured_at, "copy_tbps": c.copy_tbps,
+                         "matmul_tflops": c.matmul_tflops, "threads": c.threads, "spread": c.spread,
+                         "cached": c.trusted, "busy": c.busy or None, "method": c.method})
+    if args.json:
+        print(json.dumps({"remeasured": measured}))
+        return 0
+    for m in measured:
+        kept = "cached" if m["cached"] else f"NOT cached ({m['busy']}); try again on a quieter machine"
+        threads = f"{m['threads']} thread(s)" if m["threads"] else "GPU"
+        print(f"{m['device']}: copy {m['copy_tbps']:.4g} TB/s, matmul {m['matmul_tflops']:.4g} TFLOP/s "
+              f"({threads}, rounds within {m['spread']:.0%}, {m['measured_at']}): {kept}")
     return 0
 
 

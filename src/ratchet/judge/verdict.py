@@ -35,6 +35,8 @@ FAIL_CODES = {
     "shape_unsupported": "the kernel raised on a shape other than the first (held-out or odd shape)",
     "forged_result": "a message on the result channel did not come from the harness",
     "harness_tampered": "the kernel replaced the judge's harness code or reaches into it",
+    "box_violation": "the candidate wrote outside its scratch folder, opened a network socket or signalled "
+                     "outside its box, and the box refused it",
 }
 ERROR_CODES = {
     "import_error": "the candidate file failed to import",
@@ -48,6 +50,7 @@ ERROR_CODES = {
     "worker_error": "the harness failed for a reason not attributable to the candidate",
     "reference_error": "the reference failed; the task is broken",
     "device_unavailable": "the requested device is not present",
+    "box_unavailable": "this machine cannot box candidate code (no Landlock) and the user did not opt out",
     "bad_input": "the task, candidate file or flags are unusable (usage error)",
     "no_code": "a model's answer held no usable candidate file (no code defining kernel, or the call failed)",
 }
@@ -113,6 +116,11 @@ class Verdict:
     timed_calls: dict[str, Any] = field(default_factory=dict)
     ceilings: dict[str, float] = field(default_factory=dict)  # the roofline's: copy_tbps, matmul_tflops
     notes: list[str] = field(default_factory=list)
+    # Timing stopped early at a shape where the candidate was beyond the run's race bar (judge.race):
+    # the verdict stands (pass), the times are partial, and the keep rule never keeps it. ``race`` says
+    # where: shape, dtype, mode, batches, slower (x the best), threshold, p_value, best_seq.
+    raced: bool = False
+    race: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self, with_times: bool = False) -> dict[str, Any]:
         data = asdict(self)

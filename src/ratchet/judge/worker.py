@@ -21,7 +21,8 @@ from multiprocessing.connection import Connection
 import torch
 
 from ratchet.judge import guards, timing  # saves the primitives before any candidate import
-from ratchet.judge.check import FINGERPRINT_MIN_BYTES, POISON_BYTE, as_tuple, input_fingerprint
+from ratchet.judge.check import FINGERPRINT_MIN_BYTES, POISON_BYTE, as_tuple, input_fingerprint, owns_storage
+from ratchet.judge.process import CRASH_PREFIX
 from ratchet.task import Task, load_task
 
 
@@ -283,9 +284,9 @@ def describe_outputs(outs: tuple, inputs: tuple, sample: dict | None = None, val
         if kind is not torch.Tensor:
             descs.append({"type": name, "is_tensor": isinstance(o, torch.Tensor)})
             continue
+        dense = owns_storage(o)  # before this function holds a reference to its storage (check.py)
         storage = o.untyped_storage()
-        own = o.storage_offset() == 0 and storage.nbytes() == o.numel() * o.element_size()
-        desc = {"type": "torch.Tensor", "dense": bool(o.is_contiguous() and own), "device": str(o.device),
+        desc = {"type": "torch.Tensor", "dense": dense, "device": str(o.device),
                 "aliases": storages.get(storage.data_ptr()) if o.numel() else None}
         storages[storage.data_ptr()] = f"output {i}"
         value = values[i]
@@ -329,12 +330,34 @@ def _import_candidate(path: str):
     return module
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and those it was raised from or during, innermost last."""
+    seen = []
+    while exc is not None and exc not in seen and len(seen) < 20:
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return seen
+
+
+def box_refusal(exc: BaseException) -> str | None:
+    """What the box refused, where ``exc`` (or one it came from) is the box's EACCES/EPERM on a file
+    write or a socket (judge/box.py), else None."""
+    for e in _chain(exc):
+        if isinstance(e, PermissionError):
+            what = f" {e.filename!r}" if e.filename else " (a socket or signal)"
+            return f"the box refused{what}: {type(e).__name__}: {e}"
+    return None
+
+
 def classify_exception(exc: BaseException, first_call: bool) -> tuple[str, str]:
     raw = f"{type(exc).__name__}: {exc}".strip()
     text = " ".join(raw.split())[:2000]
     names = {c.__name__ for c in type(exc).__mro__}
-    if isinstance(exc, torch.OutOfMemoryError):
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "can't allocate memory" in raw:
         return "out_of_memory", text
+    refused = box_refusal(exc)
+    if refused:
+        return "box_violation", " ".join(refused.split())[:2000]
     if names & {"CompilationError", "CompileTimeAssertionFailure", "BuildExtensionError"} or (
         isinstance(exc, RuntimeError) and "Error building extension" in str(exc)):
         # torch's build failure is mostly compiler command lines, each printed twice (nvcc's alone can
@@ -349,7 +372,7 @@ def classify_exception(exc: BaseException, first_call: bool) -> tuple[str, str]:
     return ("kernel_exception" if first_call else "shape_unsupported"), text
 
 
-def serve(conn: Connection):
+def serve(conn: Connection, heartbeat: "Heartbeat | None" = None):
     harness = Harness()
     calls = 0
     # Bound before any candidate import: a kernel that replaces conn.send or Connection.send cannot
@@ -362,6 +385,8 @@ def serve(conn: Connection):
         except EOFError:
             return
         op, nonce = msg["op"], msg.get("nonce")
+        if heartbeat is not None:
+            heartbeat.arm(msg.get("beat", False))
         try:
             if op == "exit":
                 return
@@ -370,7 +395,10 @@ def serve(conn: Connection):
                     reply = harness.load(msg)
                 except Exception as exc:
                     code = "reference_error" if msg.get("candidate") is None else "import_error"
-                    reply = {"error": code, "detail": _one_line(exc)}
+                    refused = box_refusal(exc) if code == "import_error" else None
+                    if isinstance(exc, MemoryError) and code == "import_error":
+                        code = "out_of_memory"
+                    reply = {"error": "box_violation" if refused else code, "detail": refused or _one_line(exc)}
             elif op == "call":
                 (reply,), calls = _calls_in_bulk(harness, {**msg, "calls": [{}]}, calls, lambda result, sub: None)
             elif op == "batch":
@@ -396,11 +424,15 @@ def serve(conn: Connection):
             else:
                 reply = {"error": "worker_error", "detail": f"unknown op {op}"}
         except Exception as exc:  # a harness bug: report it rather than hang the judge
+            if harness.device == "cuda":  # unless a kernel's fault surfaced here (a fetch's synchronize)
+                _sync_or_die(_one_line(exc))
             reply = {"error": "worker_error", "detail": _one_line(exc) + " | " + traceback.format_exc(limit=3)}
         tampered = integrity.check()
         if tampered:
             reply = {"error": "harness_tampered", "detail": "; ".join(tampered)}
         reply["nonce"] = nonce
+        if heartbeat is not None:
+            heartbeat.arm(False)
         send(reply)
 
 
@@ -418,7 +450,7 @@ def _calls_in_bulk(harness: Harness, msg: dict, calls: int, after) -> tuple[list
             code, detail = classify_exception(exc, first or sub.get("first_of_task", msg.get("first_of_task", False)))
             result = {"error": code, "detail": detail}
             if harness.device == "cuda":
-                _sync_or_die()
+                _sync_or_die(detail)
         results.append(result)
         if "error" in result:
             break
@@ -433,11 +465,15 @@ def _host_us(marks: list[int]) -> dict:
     return {"host_us": {part: (b - a) / 1000.0 for part, a, b in zip(timing.HOST_PARTS, marks, marks[1:])}}
 
 
-def _sync_or_die():
-    """After a kernel raised on CUDA the context may be poisoned (illegal address): then exit."""
+def _sync_or_die(detail: str = ""):
+    """After a kernel raised on CUDA the context may be poisoned (illegal address): then exit, saying
+    CUDA's own error line last (the judge takes it as the crash's detail)."""
     try:
         torch.cuda.synchronize()
-    except Exception:
+    except Exception as exc:
+        cuda_line = next((line for line in (detail, _one_line(exc)) if "CUDA" in line or "cuda" in line), detail)
+        sys.stderr.write(f"\n{CRASH_PREFIX} {cuda_line or _one_line(exc)}\n")
+        sys.stderr.flush()
         os._exit(3)
 
 
@@ -445,16 +481,88 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(f"{type(exc).__name__}: {exc}".split())[:2000]
 
 
+# Where a call's Python stack says it is compiling: JIT frontends, builders, autotuners (docs/reliability.md).
+COMPILER_FILES = ("/triton/compiler/", "/triton/backends/", "/triton/runtime/autotuner.py", "/triton/runtime/build.py",
+                  "/torch/utils/cpp_extension.py", "/torch/_inductor/", "/torch/_dynamo/", "/cupy/cuda/compiler.py",
+                  "/ratchet/cuda_build.py")
+# Child processes that are compilers (ninja and what it runs, Triton's ptxas).
+COMPILER_CHILDREN = {"ninja", "gcc", "g++", "cc", "c++", "cc1", "cc1plus", "clang", "clang++", "ld", "as", "collect2",
+                     "nvcc", "cicc", "ptxas", "fatbinary", "nvlink", "cudafe++", "hipcc", "make", "cmake"}
+
+
+class Heartbeat(threading.Thread):
+    """Twice a second, while the judge waits on a call, one byte on a pipe: b"c" while the call is in a
+    compiler (a frame of COMPILER_FILES on the main thread's stack, or a child named in COMPILER_CHILDREN),
+    else b"r". The judge limits running time per call and compiling time per evaluation. Idle (blocked on
+    an event) during timed batches: nothing wakes in the timed region."""
+
+    PERIOD_S = 0.5
+
+    def __init__(self, fd: int):
+        super().__init__(name="ratchet-heartbeat", daemon=True)
+        self.fd, self.main = fd, threading.main_thread().ident
+        self.armed = threading.Event()
+
+    def arm(self, on: bool):
+        (self.armed.set if on else self.armed.clear)()
+
+    def run(self):
+        nap = threading.Event()  # never set: a sleep that a patched time.sleep cannot shorten
+        while True:
+            self.armed.wait()
+            nap.wait(self.PERIOD_S)
+            if not self.armed.is_set():
+                continue
+            try:
+                os.write(self.fd, b"c" if self.compiling() else b"r")
+            except OSError:  # a full pipe (the judge drains it while it waits) or a closed one
+                pass
+
+    def compiling(self) -> bool:
+        frame = sys._current_frames().get(self.main)
+        depth = 0
+        while frame is not None and depth < 400:
+            name = frame.f_code.co_filename
+            if any(marker in name for marker in COMPILER_FILES):
+                return True
+            frame, depth = frame.f_back, depth + 1
+        return any(_comm(pid) in COMPILER_CHILDREN for pid in _children())
+
+
+def _children() -> list[int]:
+    pids = []
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    return pids
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def main():
     parser = argparse.ArgumentParser(description="Ratchet judge worker (internal)")
     parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--beat", type=int, default=None)
     args = parser.parse_args()
     conn = Connection(args.fd)
     # The candidate's prints must not reach the judge's stdout (the JSON channel).
     sys.stdout = sys.stderr
     threading.excepthook = lambda args: None
+    heartbeat = None
+    if args.beat is not None:
+        heartbeat = Heartbeat(args.beat)
+        heartbeat.start()
     gc.collect()
-    serve(conn)
+    serve(conn, heartbeat)
     # Nothing of the worker outlives its evaluation, so skip the interpreter's teardown: with torch
     # loaded it took ~0.9 s per worker on the CPU, two per evaluation, all of it on the judge's wall time.
     sys.stderr.flush()

@@ -8,6 +8,8 @@ compare as speedups, never as raw numbers from different moments. A candidate is
   that gain puts it above 1 with probability at least 1 - alpha;
 - no shape is slower than the best beyond that shape's noise floor (with a significant difference);
 - or, within noise either way, its code is simpler (fewer non-blank, non-comment lines).
+A raced verdict (timing stopped at a shape where the candidate was clearly slower than the best, see
+``race_bar`` and judge/race.py) is never kept.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import mannwhitneyu
+
+from ratchet.judge.race import RaceBar, RaceShape
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ def decide(candidate: dict, best: dict | None, candidate_source: str = "", best_
     """Should ``candidate`` (a verdict JSON with times) replace ``best``?"""
     if candidate.get("verdict") != "pass":
         return KeepDecision(False, f"verdict {candidate.get('verdict')}")
+    if candidate.get("raced"):  # timing stopped where it was clearly slower than the best: never a win
+        return KeepDecision(False, raced_reason(candidate["race"]))
     if best is None:
         return KeepDecision(True, "first passing candidate")
     best_rows = {shape_key(r): r for r in best["shapes"] if r.get("times_us")}
@@ -110,3 +116,38 @@ def _bootstrap_p(xs, ys, weights, rounds: int, seed: int) -> float:
         if _weighted_geomean(np.array(gains), weights) <= 1.0:
             not_faster += 1
     return (not_faster + 1) / (rounds + 1)
+
+
+# The best's shapes a race bar holds: the heaviest of each dtype by the task's cost model (the judge
+# times them first). A candidate slower there is never kept. Lighter shapes are not raced, so a candidate
+# that wins only at the heavy shapes still runs to the end and can enter a per-shape composite
+# (run/composite.py).
+RACE_SHAPES_PER_DTYPE = 1
+
+
+def race_bar(best: dict | None, task, policy: KeepPolicy = KeepPolicy()) -> RaceBar | None:
+    """The judge's race bar from the run's best attempt (a ledger row or verdict JSON with times), or
+    None when there is no best or it has no timed shapes."""
+    from ratchet.judge.evaluation import shape_size
+
+    if best is None or best.get("verdict") != "pass" or best.get("raced") or (best.get("extra") or {}).get("raced"):
+        return None
+    rows = [r for r in best.get("shapes") or [] if r.get("times_us") and r.get("ref_times_us") and not r.get("held_out")]
+    chosen = []
+    for dtype in dict.fromkeys(r["dtype"] for r in rows):
+        same = sorted((r for r in rows if r["dtype"] == dtype), key=lambda r: -shape_size(task, r["shape"], dtype))
+        chosen += same[:RACE_SHAPES_PER_DTYPE]
+    if not chosen:
+        return None
+    return RaceBar(shapes=tuple(RaceShape(shape=tuple(sorted((k, int(v)) for k, v in r["shape"].items())),
+                                          dtype=r["dtype"], mode=r.get("mode") or "eager",
+                                          best_times=tuple(float(t) for t in normalized_times(r)),
+                                          best_seq=best.get("seq"))
+                                for r in chosen), min_noise=policy.min_noise)
+
+
+def raced_reason(race: dict) -> str:
+    shape = ", ".join(f"{k}={v}" for k, v in race["shape"].items())
+    best = f" (attempt {race['best_seq']})" if race.get("best_seq") else ""
+    return (f"raced: {race['slower']:.2f}x slower than the best{best} at {shape} {race['dtype']} after "
+            f"{race['batches']} batches")

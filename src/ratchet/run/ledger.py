@@ -25,11 +25,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from ratchet.run.liveness import Owner, owner_alive
+
 RUN_STATUSES = ("running", "stopped", "done", "failed")
+# What ``get_run``/``list_runs`` report besides the stored statuses: the ledger says ``running`` but the
+# process that drove the run is gone (SIGKILL, crash, reboot). ``ratchet run --resume`` continues it;
+# ``ratchet doctor`` stores it as ``stopped``.
+GONE = "gone"
 FINISHED_STATUSES = ("stopped", "done", "failed")
 VERDICTS = ("pass", "fail", "error")
 APPLICATION_ID = 0x52415443  # "RATC" in the SQLite header: tells a ledger from another database
 BUSY_TIMEOUT_MS = 10_000
+BACKUPS_KEPT = 5  # backups of a ledger kept beside it (``backups/``), newest first
 
 # MIGRATIONS[i] takes the schema from version i to i + 1. Append only; never edit a released entry.
 # Each script runs statement by statement inside one transaction, so `PRAGMA foreign_keys` (a no-op
@@ -108,6 +115,12 @@ MIGRATIONS: list[str] = [
     ALTER TABLE attempts ADD COLUMN tokens_out INTEGER;
     ALTER TABLE attempts ADD COLUMN cost_usd REAL;
     """,
+    # v3: the process that drives a run (pid, host, start time), so a run whose process is gone is seen as such.
+    """
+    ALTER TABLE runs ADD COLUMN owner_pid INTEGER;
+    ALTER TABLE runs ADD COLUMN owner_host TEXT;
+    ALTER TABLE runs ADD COLUMN owner_started REAL;
+    """,
 ]
 
 # Verdict fields stored in columns of their own; the rest of the verdict JSON goes to extra_json.
@@ -126,6 +139,28 @@ class LedgerError(Exception):
     """The ledger cannot do what was asked; the message is one line for the user."""
 
 
+def sqlite_failure(path: Path, exc: BaseException) -> LedgerError:
+    """One line for the user from an SQLite (or OS) error met while using the ledger at ``path``."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    low = text.lower()
+    if "disk is full" in low or "no space" in low or "file too large" in low:
+        return LedgerError(f"the ledger {path} cannot be written: the disk is full ({text}); "
+                           "nothing of the failed write was recorded")
+    if "readonly" in low or "read-only" in low or "permission denied" in low:
+        return LedgerError(f"the ledger {path} is read-only ({text}); check the permissions of the file and its folder")
+    if "malformed" in low or "not a database" in low or "corrupt" in low:
+        return LedgerError(f"the ledger {path} is damaged ({text}); 'ratchet doctor --ledger {path}' can restore "
+                           "it from its latest backup")
+    if "disk i/o error" in low:
+        return LedgerError(f"the ledger {path} cannot be read or written: disk I/O error (a full disk or a failing "
+                           "device?); nothing of the failed write was recorded")
+    if "unable to open" in low:
+        return LedgerError(f"cannot open the ledger {path} ({text}); check the permissions of the file and its folder")
+    if "locked" in low or "busy" in low:
+        return LedgerError(f"the ledger {path} is busy ({text}): another process holds it too long")
+    return LedgerError(f"the ledger {path} failed: {text}")
+
+
 def default_ledger_path(explicit: str | os.PathLike | None = None) -> Path:
     """``--ledger PATH`` if given, else ``$RATCHET_LEDGER``, else ``./.ratchet/ledger.sqlite``."""
     if explicit:
@@ -134,6 +169,20 @@ def default_ledger_path(explicit: str | os.PathLike | None = None) -> Path:
     if env:
         return Path(env)
     return Path.cwd() / ".ratchet" / "ledger.sqlite"
+
+
+def backups_dir(path: str | os.PathLike) -> Path:
+    """Where the backups of the ledger at ``path`` go: ``backups/`` in the ledger's folder."""
+    return Path(path).parent / "backups"
+
+
+def list_backups(path: str | os.PathLike) -> list[Path]:
+    """The backups of the ledger at ``path``, newest first (names sort by their UTC time)."""
+    path = Path(path)
+    folder = backups_dir(path)
+    if not folder.is_dir():
+        return []
+    return sorted(folder.glob(f"{path.stem}-*.sqlite"), reverse=True)
 
 
 def config_key(config: Mapping[str, Any]) -> str:
@@ -179,11 +228,18 @@ class Ledger:
 
     def __init__(self, path: str | os.PathLike, create: bool = True):
         self.path = Path(path)
-        if not create and not self.path.exists():
+        try:
+            exists, is_dir = self.path.exists(), self.path.is_dir()
+        except (OSError, ValueError) as exc:  # a name too long, a null byte
+            raise LedgerError(f"cannot open the ledger {str(self.path)[:200]}: {exc}"[:400]) from None
+        if not create and not exists:
             raise LedgerError(f"no ledger at {self.path} (no runs recorded there yet)")
-        if self.path.is_dir():
+        if is_dir:
             raise LedgerError(f"cannot open the ledger {self.path}: it is a directory")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LedgerError(f"cannot create the ledger's folder {self.path.parent}: {exc.strerror or exc}") from None
         self._lock = threading.RLock()
         try:
             # isolation_level=None: no implicit transactions; every write is an explicit BEGIN IMMEDIATE.
@@ -200,6 +256,9 @@ class Ledger:
             self._conn.execute("PRAGMA synchronous = NORMAL")  # durable against process death in WAL
             self._conn.execute("PRAGMA foreign_keys = ON")
             self._migrate()
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise sqlite_failure(self.path, exc) from None
         except BaseException:
             self._conn.close()
             raise
@@ -212,7 +271,11 @@ class Ledger:
             app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
             tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"{self.path} is not a Ratchet ledger: not a SQLite database ({exc})") from None
+            if "not a database" not in str(exc) and "malformed" not in str(exc):
+                raise sqlite_failure(self.path, exc) from None  # e.g. disk I/O, permissions: not the file's bytes
+            hint = (f"; 'ratchet doctor --ledger {self.path}' can restore it from its latest backup"
+                    if list_backups(self.path) else "")
+            raise LedgerError(f"{self.path} is not a Ratchet ledger: not a SQLite database ({exc}){hint}") from None
         if app_id not in (0, APPLICATION_ID) or (version == 0 and tables > 0):
             raise LedgerError(f"{self.path} is a SQLite database but not a Ratchet ledger")
         if version > len(MIGRATIONS):
@@ -237,28 +300,46 @@ class Ledger:
 
     @property
     def schema_version(self) -> int:
-        return self._conn.execute("PRAGMA user_version").fetchone()[0]
+        with self._reading():
+            return self._conn.execute("PRAGMA user_version").fetchone()[0]
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, taken with BEGIN IMMEDIATE so that read-then-write (the next seq) is
-        atomic across processes; rolled back on any exception."""
+        atomic across processes; rolled back on any exception. SQLite's own errors (disk full, read-only,
+        damaged file) leave as one-line LedgerErrors."""
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise LedgerError(f"the ledger {self.path} is busy or unwritable: {exc}") from None
+            except sqlite3.Error as exc:
+                raise sqlite_failure(self.path, exc) from None
             try:
                 yield self._conn
-            except BaseException:
-                if self._conn.in_transaction:  # SQLite may have rolled back already (disk full, ...)
-                    self._conn.execute("ROLLBACK")
-                raise
-            else:
                 self._conn.execute("COMMIT")
+            except BaseException as exc:
+                self._rollback()
+                if isinstance(exc, sqlite3.Error):
+                    raise sqlite_failure(self.path, exc) from None
+                raise
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:  # SQLite may have rolled back already (disk full, ...)
+            try:
+                self._conn.execute("ROLLBACK")
+            except sqlite3.Error:  # nothing was committed; the next BEGIN reports a lasting problem
+                pass
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Serialise a read with the other threads' calls; SQLite's errors leave as one-line LedgerErrors."""
+        with self._lock:
+            try:
+                yield
+            except sqlite3.Error as exc:
+                raise sqlite_failure(self.path, exc) from None
 
     def close(self) -> None:
-        with self._lock:
+        with self._reading():
             self._conn.close()
 
     def __enter__(self) -> Ledger:
@@ -266,6 +347,39 @@ class Ledger:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+    # -- backups -------------------------------------------------------------------------------------
+
+    def backup(self, keep: int = BACKUPS_KEPT) -> Path:
+        """Copy the ledger with SQLite's online backup API (a consistent snapshot, even while another
+        process writes) to ``backups/<name>-<UTC time>.sqlite`` beside it, and keep the newest ``keep``.
+
+        The copy is written under a temporary name and renamed, so a kill mid-backup leaves no partial
+        file among the backups. ``ratchet run`` calls this at each start, so a damaged ledger loses at
+        most the tail of the run since then (``ratchet doctor`` restores it).
+        """
+        folder = backups_dir(self.path)
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        final = folder / f"{self.path.stem}-{stamp}.sqlite"
+        partial = folder / f".{final.name}.partial"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with self._reading():
+                target = sqlite3.connect(partial)
+                try:
+                    self._conn.backup(target)
+                    # A single file: the copy needs no -wal beside it to be whole.
+                    target.execute("PRAGMA journal_mode = DELETE")
+                finally:
+                    target.close()
+            os.replace(partial, final)
+        except (OSError, LedgerError) as exc:
+            partial.unlink(missing_ok=True)
+            raise exc if isinstance(exc, LedgerError) else sqlite_failure(final, exc) from None
+        for old in list_backups(self.path)[keep:]:
+            old.unlink(missing_ok=True)
+        return final
+
 
     # -- runs ----------------------------------------------------------------------------------------
 
@@ -280,8 +394,12 @@ class Ledger:
         budget_attempts: int | None = None,
         budget_seconds: float | None = None,
         options: Mapping[str, Any] | None = None,
+        owner: Owner | None = None,
     ) -> str:
-        """Start a run (status ``running``) and return its id, e.g. ``r1a2b3c4d``."""
+        """Start a run (status ``running``) and return its id, e.g. ``r1a2b3c4d``.
+
+        ``owner`` is the process that drives the run (``liveness.this_process()`` for ``ratchet run``):
+        once it is gone, the run reads ``gone``. Runs that outside agents feed have none."""
         options_json = _dumps(dict(options or {}))
         now = _now()
         for _ in range(20):  # 2**32 ids: a collision is rare; retry instead of failing the run
@@ -291,9 +409,11 @@ class Ledger:
                     conn.execute(
                         "INSERT INTO runs (id, task, task_path, device, device_name, goal_speedup,"
                         " budget_attempts, budget_seconds, proposer, options_json, status, created_at,"
-                        " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)",
+                        " updated_at, owner_pid, owner_host, owner_started)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
                         (run_id, task, str(task_path), device, device_name, goal_speedup, budget_attempts,
-                         budget_seconds, proposer, options_json, now, now),
+                         budget_seconds, proposer, options_json, now, now,
+                         *((owner.pid, owner.host, owner.started) if owner else (None, None, None))),
                     )
                 return run_id
             except sqlite3.IntegrityError as exc:
@@ -313,17 +433,33 @@ class Ledger:
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         """The run's row (``options`` decoded) plus ``attempts``, ``best_speedup`` and ``best_seq``."""
-        with self._lock:
+        with self._reading():
             row = self._conn.execute(self._RUN_SELECT + " WHERE r.id = ?", (run_id,)).fetchone()
         if row is None:
             raise LedgerError(f"unknown run '{run_id}' (see 'ratchet runs')")
-        return _decode(row)
+        return _with_liveness(_decode(row))
 
     def list_runs(self) -> list[dict[str, Any]]:
         """Every run, oldest first, each as :meth:`get_run` returns it."""
-        with self._lock:
+        with self._reading():
             rows = self._conn.execute(self._RUN_SELECT + " ORDER BY r.created_at, r.rowid").fetchall()
-        return [_decode(row) for row in rows]
+        return [_with_liveness(_decode(row)) for row in rows]
+
+    def claim_run(self, run_id: str, owner: Owner) -> None:
+        """Make ``owner`` the process driving a run (on resume). Refused while the run's recorded owner is
+        still alive: two processes driving one run would judge the same proposals twice."""
+        with self._write() as conn:
+            row = conn.execute("SELECT status, owner_pid, owner_host, owner_started FROM runs WHERE id = ?",
+                               (run_id,)).fetchone()
+            if row is None:
+                raise LedgerError(f"unknown run '{run_id}' (see 'ratchet runs')")
+            same = (row["owner_pid"], row["owner_host"]) == (owner.pid, owner.host)
+            if row["status"] == "running" and not same and owner_alive(
+                    row["owner_pid"], row["owner_host"], row["owner_started"]):
+                raise LedgerError(f"run '{run_id}' is still running in process {row['owner_pid']} on "
+                                  f"{row['owner_host']}; stop that one first")
+            conn.execute("UPDATE runs SET owner_pid = ?, owner_host = ?, owner_started = ?, updated_at = ?"
+                         " WHERE id = ?", (owner.pid, owner.host, owner.started, _now(), run_id))
 
     def set_status(self, run_id: str, status: str, stop_reason: str | None = None) -> None:
         """Set a run's status; a finished status stamps ``finished_at``, ``running`` (resume) clears it."""
@@ -359,6 +495,7 @@ class Ledger:
         tokens_in: int | None = None,
         tokens_out: int | None = None,
         cost_usd: float | None = None,
+        keep: bool = False,
     ) -> int:
         """Record one judged attempt and return its id; its ``seq`` is the run's next number.
 
@@ -366,7 +503,8 @@ class Ledger:
         ``speedup``, ``shapes`` and ``judge_wall_s`` get columns; the other fields are kept in
         ``extra``. The same (source, config) twice in one run is a LedgerError. ``idea_id`` links the
         attempt to the idea behind it (which then counts as tried); ``tokens_in``, ``tokens_out`` and
-        ``cost_usd`` are what a model charged to propose it.
+        ``cost_usd`` are what a model charged to propose it. ``keep`` makes it the run's best in the same
+        transaction (as :meth:`set_best`), so a kill never leaves a kept attempt recorded but not kept.
         """
         verdict = verdict_json.get("verdict")
         if verdict not in VERDICTS:
@@ -406,12 +544,15 @@ class Ledger:
                         f"run '{run_id}' already has an attempt with this source ({sha[:12]}) and config {key}"
                     ) from None
                 raise LedgerError(f"attempt rejected by the ledger: {exc}") from None
+            attempt_id = int(cursor.lastrowid)
+            if keep:
+                self._set_best(conn, run_id, attempt_id)
             conn.execute("UPDATE runs SET updated_at = ? WHERE id = ?", (_now(), run_id))
-            return int(cursor.lastrowid)
+            return attempt_id
 
     def has_attempt(self, run_id: str, source_sha256: str, config: Mapping[str, Any]) -> bool:
         """Whether this run already judged this source (by hash) with this config."""
-        with self._lock:
+        with self._reading():
             row = self._conn.execute(
                 "SELECT 1 FROM attempts WHERE run_id = ? AND source_sha256 = ? AND config_key = ?",
                 (run_id, source_sha256, config_key(config)),
@@ -420,14 +561,14 @@ class Ledger:
 
     def attempts(self, run_id: str) -> list[dict[str, Any]]:
         """Every attempt of a run in seq order, JSON fields decoded (``config``, ``reasons``, ...)."""
-        with self._lock:
+        with self._reading():
             self._require_run(self._conn, run_id)
             rows = self._conn.execute("SELECT * FROM attempts WHERE run_id = ? ORDER BY seq", (run_id,))
             return [_decode(row) for row in rows.fetchall()]
 
     def get_attempt(self, attempt_id: int) -> dict[str, Any]:
         """One attempt by id (decoded like :meth:`attempts`)."""
-        with self._lock:
+        with self._reading():
             row = self._conn.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
         if row is None:
             raise LedgerError(f"unknown attempt {attempt_id}")
@@ -460,25 +601,28 @@ class Ledger:
         """
         with self._write() as conn:
             self._require_run(conn, run_id)
-            row = conn.execute(
-                "SELECT verdict FROM attempts WHERE id = ? AND run_id = ?", (attempt_id, run_id)
-            ).fetchone()
-            if row is None:
-                raise LedgerError(f"run '{run_id}' has no attempt {attempt_id}")
-            if row["verdict"] != "pass":
-                raise LedgerError(f"attempt {attempt_id} did not pass (verdict {row['verdict']}); it cannot be the best")
-            since = conn.execute("SELECT max(seq) FROM attempts WHERE run_id = ?", (run_id,)).fetchone()[0]
-            now = _now()
-            conn.execute("UPDATE attempts SET kept = 1 WHERE id = ?", (attempt_id,))
-            conn.execute(
-                "INSERT INTO best (run_id, attempt_id, since_seq, created_at) VALUES (?, ?, ?, ?)",
-                (run_id, attempt_id, since, now),
-            )
-            conn.execute("UPDATE runs SET updated_at = ? WHERE id = ?", (now, run_id))
+            self._set_best(conn, run_id, attempt_id)
+
+    def _set_best(self, conn: sqlite3.Connection, run_id: str, attempt_id: int) -> None:
+        row = conn.execute(
+            "SELECT verdict FROM attempts WHERE id = ? AND run_id = ?", (attempt_id, run_id)
+        ).fetchone()
+        if row is None:
+            raise LedgerError(f"run '{run_id}' has no attempt {attempt_id}")
+        if row["verdict"] != "pass":
+            raise LedgerError(f"attempt {attempt_id} did not pass (verdict {row['verdict']}); it cannot be the best")
+        since = conn.execute("SELECT max(seq) FROM attempts WHERE run_id = ?", (run_id,)).fetchone()[0]
+        now = _now()
+        conn.execute("UPDATE attempts SET kept = 1 WHERE id = ?", (attempt_id,))
+        conn.execute(
+            "INSERT INTO best (run_id, attempt_id, since_seq, created_at) VALUES (?, ?, ?, ?)",
+            (run_id, attempt_id, since, now),
+        )
+        conn.execute("UPDATE runs SET updated_at = ? WHERE id = ?", (now, run_id))
 
     def best(self, run_id: str) -> dict[str, Any] | None:
         """The current best attempt of a run (decoded), or None while nothing has been kept."""
-        with self._lock:
+        with self._reading():
             self._require_run(self._conn, run_id)
             row = self._conn.execute(
                 "SELECT a.* FROM best b JOIN attempts a ON a.id = b.attempt_id"
@@ -490,7 +634,7 @@ class Ledger:
     def best_history(self, run_id: str) -> list[dict[str, Any]]:
         """Every change of best, oldest first: ``attempt_id``, ``since_seq``, ``created_at``, and the
         attempt's ``seq``, ``speedup`` and ``config``."""
-        with self._lock:
+        with self._reading():
             self._require_run(self._conn, run_id)
             rows = self._conn.execute(
                 "SELECT b.id, b.run_id, b.attempt_id, b.since_seq, b.created_at,"
@@ -528,7 +672,7 @@ class Ledger:
             " FROM ideas i LEFT JOIN attempts a ON a.idea_id = i.id"
             + (" WHERE i.task = ?" if task else "") + " GROUP BY i.id ORDER BY i.id"
         )
-        with self._lock:
+        with self._reading():
             rows = self._conn.execute(query, (task,) if task else ()).fetchall()
         return [dict(row) for row in rows]
 
@@ -537,6 +681,14 @@ class Ledger:
             if idea["id"] == idea_id:
                 return idea
         raise LedgerError(f"unknown idea {idea_id} (see 'ratchet idea list')")
+
+
+def _with_liveness(run: dict[str, Any]) -> dict[str, Any]:
+    """A stored ``running`` whose owner process is gone reads ``gone`` (see GONE)."""
+    if run.get("status") == "running" and owner_alive(
+            run.get("owner_pid"), run.get("owner_host"), run.get("owner_started")) is False:
+        run["status"] = GONE
+    return run
 
 
 def _decode(row: sqlite3.Row) -> dict[str, Any]:

@@ -10,20 +10,27 @@ one call of it (``ratchet.diagnose.ncu``) while the GPU's lock is held exclusive
 profile; its counters are stored with the attempt as ncu's, not the judge's (``record.attach_counters``),
 and explain the bottleneck class only. Kept ones only by default: a profile costs 10-40 s of the GPU
 (estimated, not yet measured), more than judging a microsecond kernel.
+
+Each evaluation gets the run's race bar (``keep.race_bar``: the best's times at its heaviest shapes,
+read when the evaluation starts), so a candidate clearly slower there stops being timed. After a
+passing attempt, when attempts win on different shapes, the loop judges a composite of the winners
+next (``run.composite``), recorded with proposer ``composite``; it counts as an attempt of the run.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
 
 from ratchet.diagnose import ncu
 from ratchet.candidate import Candidate, load_candidate
 from ratchet.judge import JudgeOptions, evaluate
 from ratchet.judge.device_lock import holding
+from ratchet.run import composite
+from ratchet.run.keep import race_bar
 from ratchet.run.ledger import Ledger
 from ratchet.run.record import attach_counters, record_and_keep
 from ratchet.search.base import Outcome, Proposal, Proposer
@@ -74,7 +81,8 @@ class LoopResult:
 class Loop:
     def __init__(self, ledger: Ledger, run_id: str, task: Task, proposer: Proposer, limits: RunLimits,
                  judge_options: list[JudgeOptions], on_event: Callable[[LoopEvent], None] | None = None,
-                 candidates: list[Candidate] | None = None, counters: str = "kept"):
+                 candidates: list[Candidate] | None = None, counters: str = "kept", race: bool = True,
+                 composites: bool = True):
         self.ledger, self.run_id, self.task, self.proposer = ledger, run_id, task, proposer
         self.limits, self.judge_options = limits, judge_options
         self.on_event = on_event or (lambda event: None)
@@ -87,6 +95,9 @@ class Loop:
             raise ValueError(f"counters must be 'kept', 'all' or 'off', not {counters!r}")
         self.counters_all = counters == "all"
         self.counters_off: str | None = "not asked for" if counters == "off" else None
+        self.race, self.composites = race, composites
+        self.pending_composites: deque[Proposal] = deque()
+        self.composite_parents: dict[str, composite.CompositeProposal] = {}  # by the composite's source hash
 
     # -- resume ----------------------------------------------------------------------------------
     def replay(self) -> int:
@@ -104,44 +115,14 @@ class Loop:
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> LoopResult:
         self.ledger.set_status(self.run_id, "running")
-        slots = len(self.judge_options)
-        # Per GPU, LOOKAHEAD evaluations beside the one being timed: they start, import and compile on
-        # the CPU cores and share the GPU for their checks, and each waits its turn to be timed alone
-        # (judge.device_lock). On the CPU one at a time: checks would disturb the timing there.
-        pipeline = slots * (1 + LOOKAHEAD) if self.judge_options[0].device == "cuda" else 1
-        inflight: list[tuple[Proposal, Future, JudgeOptions]] = []
-
-        def running(options=None) -> int:
-            return sum(1 for _, f, o in inflight if not f.done() and (options is None or o is options))
-
-        stop = None
         try:
-            with ThreadPoolExecutor(max_workers=pipeline) as pool:
-                while True:
-                    stop = stop or self._should_stop(pending=len(inflight))
-                    while (stop is None and running() < pipeline
-                           and len(inflight) < UNCOMMITTED_PIPELINES * pipeline):
-                        proposal = self._next_proposal()
-                        if proposal is None:
-                            if not inflight:  # a proposer may say why it ended (e.g. its LLM budget)
-                                stop = getattr(self.proposer, "stop_reason", None) or "search space exhausted"
-                            break
-                        # The GPU with the fewest evaluations running.
-                        options = min(self.judge_options, key=running)
-                        inflight.append((proposal, pool.submit(self._judge, proposal, options), options))
-                        stop = self._should_stop(pending=len(inflight))
-                    if not inflight:
-                        break
-                    # Commit in proposal order; while the oldest is still judged, a finished younger one
-                    # frees its slot for the next proposal instead of waiting behind it.
-                    if not inflight[0][1].done():
-                        wait([f for _, f, _ in inflight if not f.done()], return_when=FIRST_COMPLETED)
-                    while inflight and inflight[0][1].done():
-                        proposal, future, options = inflight.pop(0)
-                        self._commit(proposal, future.result(), options)
+            stop = judge_in_order(self._next_proposal, self._judge, self._commit, self.judge_options,
+                                  self._should_stop)
         except KeyboardInterrupt:
             self.ledger.set_status(self.run_id, "stopped", "interrupted (Ctrl-C); resume with --resume")
             raise
+        # Nothing left to propose: a proposer may say why it ended (e.g. its LLM budget).
+        stop = stop or getattr(self.proposer, "stop_reason", None) or "search space exhausted"
         # A run that reached its end (target, budget, exhausted space) is done; only an interrupted
         # run (Ctrl-C, SIGKILL: status still "running") is resumed.
         self.ledger.set_status(self.run_id, "done", stop)
@@ -149,6 +130,8 @@ class Loop:
         return LoopResult(stop or "", len(self.ledger.attempts(self.run_id)), best and best["speedup"], self.failures)
 
     def _next_proposal(self) -> Proposal | None:
+        if self.pending_composites:
+            return self.pending_composites.popleft()
         for _ in range(1000):
             proposal = self.proposer.propose()
             if proposal is None:
@@ -165,6 +148,8 @@ class Loop:
         preset = getattr(proposal, "preset_verdict", None)  # nothing to judge (an LLM answer without code)
         if preset is not None:
             return dict(preset)
+        if self.race and options.race is None:  # the best when this evaluation starts
+            options = replace(options, race=race_bar(self.ledger.best(self.run_id), self.task))
         verdict = evaluate(self.task, proposal.candidate, proposal.config, options)
         return verdict.to_json(with_times=True)
 
@@ -176,8 +161,14 @@ class Loop:
             **{k: getattr(proposal, k, None) for k in ("idea_id", "tokens_in", "tokens_out", "cost_usd")})
         if verdict["verdict"] != "pass":
             self.failures.update(r["code"] for r in verdict["reasons"][:1])
-        self.proposer.tell(proposal, Outcome(verdict["verdict"], verdict.get("speedup"),
-                                             tuple(r["code"] for r in verdict["reasons"]), attempt_id))
+        made = self.composite_parents.pop(proposal.candidate.sha256, None)
+        if made is not None:
+            self.ledger.add_attempt_extra(attempt_id, composite.EXTRA_KEY, composite.attempt_extra(made))
+        else:
+            self.proposer.tell(proposal, Outcome(verdict["verdict"], verdict.get("speedup"),
+                                                 tuple(r["code"] for r in verdict["reasons"]), attempt_id))
+            if verdict["verdict"] == "pass" and not verdict.get("raced"):
+                self._queue_composite()
         now_best = self.ledger.best(self.run_id)
         attempt = self.ledger.get_attempt(attempt_id)
         self.on_event(LoopEvent(
@@ -187,6 +178,22 @@ class Loop:
             attempts=attempt["seq"], judge_wall_s=verdict.get("judge_wall_s", 0.0)))
         if options is not None and (decision.keep or self.counters_all):
             self._profile(proposal, verdict, attempt_id, options)
+
+    def _queue_composite(self):
+        """Judge next a composite of the attempts that win on different shapes, when there is a new one."""
+        if not self.composites:
+            return
+        try:
+            made = composite.propose(self.ledger, self.run_id, self.task,
+                                     composite.directory_for(self.ledger, self.run_id))
+        except Exception:  # a composite is an extra: a task whose inputs cannot be made on the CPU, say
+            self.composites = False
+            return
+        if made is None or made.candidate.sha256 in self.composite_parents:
+            return
+        self.composite_parents[made.candidate.sha256] = made
+        self.pending_composites.append(Proposal(made.candidate, {}, parent_attempt=made.parents[0],
+                                                idea=composite.describe(made.routes), proposer=composite.PROPOSER))
 
     def _profile(self, proposal: Proposal, verdict: dict, attempt_id: int, options: JudgeOptions):
         """ncu's counters for a committed passing GPU attempt: one profile at most, never raising."""
@@ -216,6 +223,46 @@ class Loop:
         if self.limits.budget_seconds is not None and time.monotonic() - self.started >= self.limits.budget_seconds:
             return "time budget spent"
         return None
+
+
+def judge_in_order(next_item: Callable[[], Any], judge: Callable[[Any, JudgeOptions], Any],
+                   commit: Callable[[Any, Any, JudgeOptions], None], judge_options: list[JudgeOptions],
+                   should_stop: Callable[[int], str | None] = lambda pending: None) -> str | None:
+    """Judge items as they come from ``next_item`` (None: nothing to judge now), several at once on a
+    GPU, and ``commit`` each outcome in the order the items came; the loop and ``ratchet eval A B ...``
+    both judge through it. Returns ``should_stop``'s reason, or None once nothing is left to judge.
+
+    Per GPU (one JudgeOptions each), LOOKAHEAD evaluations beside the one being timed: they start,
+    import and compile on the CPU cores and share the GPU for their checks, and each waits its turn to be
+    timed alone (judge.device_lock). On the CPU one at a time: checks would disturb the timing there.
+    """
+    slots = len(judge_options)
+    pipeline = slots * (1 + LOOKAHEAD) if judge_options[0].device == "cuda" else 1
+    inflight: list[tuple[Any, Future, JudgeOptions]] = []
+
+    def running(options=None) -> int:
+        return sum(1 for _, f, o in inflight if not f.done() and (options is None or o is options))
+
+    stop = None
+    with ThreadPoolExecutor(max_workers=pipeline) as pool:
+        while True:
+            stop = stop or should_stop(len(inflight))
+            while stop is None and running() < pipeline and len(inflight) < UNCOMMITTED_PIPELINES * pipeline:
+                item = next_item()
+                if item is None:
+                    break
+                options = min(judge_options, key=running)  # the GPU with the fewest evaluations running
+                inflight.append((item, pool.submit(judge, item, options), options))
+                stop = should_stop(len(inflight))
+            if not inflight:
+                return stop
+            # Commit in order; while the oldest is still judged, a finished younger one frees its slot
+            # for the next item instead of waiting behind it.
+            if not inflight[0][1].done():
+                wait([f for _, f, _ in inflight if not f.done()], return_when=FIRST_COMPLETED)
+            while inflight and inflight[0][1].done():
+                item, future, options = inflight.pop(0)
+                commit(item, future.result(), options)
 
 
 def _outcome(attempt: dict) -> Outcome:

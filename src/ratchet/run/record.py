@@ -25,12 +25,12 @@ def record_and_keep(ledger: Ledger, run_id: str, candidate: Candidate, config: M
     nothing. Returns the attempt's id and the keep decision (``decision.keep``, ``decision.reason``).
     """
     best = ledger.best(run_id)  # read before recording: the candidate is compared with the best before it
-    attempt_id = ledger.record_attempt(run_id, candidate.path, candidate.source, config, verdict, proposer,
-                                       idea_id=idea_id, **attempt_fields)
     best_verdict = None if best is None else {"verdict": best["verdict"], "shapes": best["shapes"]}
     decision = decide(verdict, best_verdict, candidate.source, best["source"] if best else "")
-    if decision.keep:
-        ledger.set_best(run_id, attempt_id)
+    # The attempt and its keep decision in one transaction: a kill between the two would leave a win
+    # recorded but never kept, and a resume does not judge it again.
+    attempt_id = ledger.record_attempt(run_id, candidate.path, candidate.source, config, verdict, proposer,
+                                       idea_id=idea_id, keep=decision.keep, **attempt_fields)
     return attempt_id, decision
 
 

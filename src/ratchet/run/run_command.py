@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass
 
 from rich.console import Console
@@ -9,6 +10,7 @@ from rich.console import Console
 from ratchet.judge import JudgeOptions
 from ratchet.judge.device_lock import DeviceLock
 from ratchet.run.ledger import Ledger, LedgerError
+from ratchet.run.liveness import this_process
 from ratchet.run.loop import Loop, RunLimits, load_seeds
 from ratchet.search.llm_client import LLMSettings
 from ratchet.search.tune import TuneProposer
@@ -61,15 +63,19 @@ def start_or_resume(ledger: Ledger, request: RunRequest, console: Console | None
     locks = {g: DeviceLock() for g in gpus}
     judge_options = [JudgeOptions(device=request.device, gpu_index=g, device_lock=locks[g]) for g in gpus] or [
         JudgeOptions(device="cpu")]
+    backup_ledger(ledger)
+    owner = this_process()  # once this process is gone, `ratchet runs` says so
     if request.resume:
         run_id = request.resume
+        ledger.claim_run(run_id, owner)
     else:
         run_id = ledger.create_run(
             task=task.name, task_path=task.source_path or task.name, device=request.device,
             device_name=_device_name(request.device), proposer=request.proposer, goal_speedup=request.target,
             budget_attempts=request.budget, budget_seconds=request.seconds,
             options={"seeds": [c.path for c in candidates], "sampler": request.sampler, "gpus": list(gpus),
-                     **({"llm": asdict(request.llm)} if chat else {})})  # no key: it stays in the environment
+                     **({"llm": asdict(request.llm)} if chat else {})},  # no key: it stays in the environment
+            owner=owner)
     if chat is not None:
         from ratchet.search.llm import LLMProposer, summary
 
@@ -91,6 +97,9 @@ def start_or_resume(ledger: Ledger, request: RunRequest, console: Console | None
         except KeyboardInterrupt:
             console.print(f"stopped; resume with: ratchet run --resume {run_id}")
             return 130
+        except LedgerError as exc:
+            _mark_failed(ledger, run_id, exc)
+            raise
         finally:
             if chat is not None:
                 proposer.close()
@@ -107,6 +116,25 @@ def start_or_resume(ledger: Ledger, request: RunRequest, console: Console | None
     if result.failures:
         console.print("  failures by reason: " + ", ".join(f"{c} {n}" for c, n in result.failures.most_common()))
     return 0
+
+
+def backup_ledger(ledger: Ledger) -> None:
+    """Back the ledger up before the run writes to it. A failed backup is said, not fatal: the run's own
+    writes then say whether the ledger is usable at all."""
+    try:
+        if ledger.list_runs():  # an empty ledger has nothing to lose
+            ledger.backup()
+    except LedgerError as exc:
+        print(f"ratchet: warning: no backup of the ledger made at this start: {exc}", file=sys.stderr)
+
+
+def _mark_failed(ledger: Ledger, run_id: str, exc: LedgerError) -> None:
+    """Record why the run ended, if the ledger still takes writes (a full disk may refuse this too;
+    the run then reads ``gone`` once this process has exited)."""
+    try:
+        ledger.set_status(run_id, "failed", f"ledger error: {exc}; resume with --resume")
+    except LedgerError:
+        pass
 
 
 def _device_name(device: str) -> str:

@@ -10,8 +10,8 @@ import sys
 
 import torch
 
-# The worker runs as ``python -m ratchet.judge.worker``: its live module is __main__, not the importable
-# ratchet.judge.worker (a second copy whose Harness nobody uses).
+# Started as ``python -m ratchet.judge.worker`` the worker's live module is __main__, not the importable
+# ratchet.judge.worker (a second copy whose Harness nobody uses); started through an import, it is that one.
 _worker = sys.modules["__main__"]
 if not hasattr(_worker, "Harness"):
     import ratchet.judge.worker as _worker

@@ -1,0 +1,197 @@
+"""Long run: N attempts in one run, with the judge's process memory, the GPU's memory and the judge's
+seconds per attempt sampled after each attempt. Memory that grows with attempts (a leak in the judge, a
+worker's GPU memory not given back) or a judge that slows down shows here, not in a 12-attempt run.
+
+The run is the real loop (ratchet.loop.Loop: judge threads, keep rule, ledger) on a task's seeds, with a
+proposer that cycles through every config of every seed until N attempts are judged (a tuner would stop
+when its space is exhausted). After each committed attempt it samples the RSS of this process (the loop
+and its judges) and, on CUDA, the device's used memory (total minus free, all processes); at the end, the
+processes left under this one (keepers, workers: there must be none).
+
+    python benchmarks/long_run_memory.py --task rmsnorm --attempts 200 --out out/
+    python benchmarks/long_run_memory.py --task tests/data/tasks/axpby.py --seeds tests/data/candidates/axpby_honest.py \
+        --device cpu --attempts 5
+
+Exit status 1 when host or GPU memory grew by more than --max-growth-mib between the first and the last
+quarter of the attempts (medians), when the judge's seconds per attempt grew by more than --max-slowdown
+(the same quarters; only from 20 attempts on, below that one slow attempt is noise), or when a process of
+the run outlived it. 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import torch
+
+from ratchet.candidate import load_candidate
+from ratchet.judge import JudgeOptions
+from ratchet.ledger import Ledger
+from ratchet.loop import Loop, LoopEvent, RunLimits, load_seeds
+from ratchet.search.base import Outcome, Proposal
+from ratchet.task import TaskError, load_task
+
+MIB = 2**20
+
+
+class CyclingProposer:
+    """Every config of every seed in turn, round and round, each attempt a file of its own: a copy of the
+    seed with the attempt's number in a comment (the loop judges a file and config once, as an LLM's new
+    files would be), so a run is as long as asked, on honest candidates."""
+
+    name = "cycle"
+
+    def __init__(self, candidates, folder: Path):
+        self._turns = itertools.cycle([(c, cfg) for c in candidates for cfg in c.all_configs()])
+        self.folder, self.count = folder, 0
+
+    def propose(self) -> Proposal | None:
+        seed, config = next(self._turns)
+        self.count += 1
+        copy = self.folder / f"{Path(seed.path).stem}_attempt{self.count}.py"
+        copy.write_text(seed.source + f"\n# long run attempt {self.count}\n")
+        return Proposal(load_candidate(copy), config, proposer=self.name)
+
+    def tell(self, proposal: Proposal, outcome: Outcome) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Sample:
+    attempt: int
+    host_rss_mib: float
+    gpu_used_mib: float | None
+    judge_s: float
+    verdict: str
+
+
+class Sampler:
+    def __init__(self, device: str):
+        self.device, self.samples, self.me = device, [], psutil.Process()
+
+    def __call__(self, event: LoopEvent):
+        gpu = None
+        if self.device == "cuda":
+            free, total = torch.cuda.mem_get_info()
+            gpu = (total - free) / MIB
+        self.samples.append(Sample(event.attempts, self.me.memory_info().rss / MIB, gpu, event.judge_wall_s,
+                                   event.verdict))
+
+
+def slope(ys: list[float]) -> float:
+    """Least-squares change per attempt."""
+    n = len(ys)
+    if n < 2:
+        return 0.0
+    mx, my = (n - 1) / 2, sum(ys) / n
+    return sum((i - mx) * (y - my) for i, y in enumerate(ys)) / sum((i - mx) ** 2 for i in range(n))
+
+
+def quarters(ys: list[float]) -> tuple[float, float]:
+    """Medians of the first and the last quarter of ``ys`` (at least one value each)."""
+    q = max(1, len(ys) // 4)
+    return statistics.median(ys[:q]), statistics.median(ys[-q:])
+
+
+def table(samples: list[Sample]) -> list[dict]:
+    rows = []
+    for name, unit, values in (("host RSS of the judge", "MiB", [s.host_rss_mib for s in samples]),
+                               ("GPU memory used", "MiB", [s.gpu_used_mib for s in samples]),
+                               ("judge seconds per attempt", "s", [s.judge_s for s in samples])):
+        if not values or values[0] is None:
+            continue
+        early, late = quarters(values)
+        rows.append({"metric": name, "unit": unit, "first": values[0], "last": values[-1], "max": max(values),
+                     "slope_per_attempt": slope(values), "first_quarter": early, "last_quarter": late,
+                     "growth": late - early})
+    return rows
+
+
+def verdicts_of(samples: list[Sample]) -> dict:
+    counts = {}
+    for s in samples:
+        counts[s.verdict] = counts.get(s.verdict, 0) + 1
+    return counts
+
+
+def problems(rows: list[dict], attempts: int, max_growth_mib: float, max_slowdown: float, left: int) -> list[str]:
+    found = []
+    for row in rows:
+        if row["unit"] == "MiB" and row["growth"] > max_growth_mib:
+            found.append(f"{row['metric']} grew {row['growth']:.0f} MiB (bound {max_growth_mib:.0f} MiB)")
+        early, late = row["first_quarter"], row["last_quarter"]
+        if row["unit"] == "s" and attempts >= 20 and early > 0 and late / early > max_slowdown:
+            found.append(f"the judge slowed from {early:.1f} to {late:.1f} s per attempt (bound {max_slowdown:.2f}x)")
+    if left:
+        found.append(f"{left} process(es) of the run outlived it")
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", default="rmsnorm")
+    parser.add_argument("--seeds", nargs="*", default=None, help="candidate files (default: the task's seeds)")
+    parser.add_argument("--attempts", type=int, default=200)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--no-timing", action="store_true", help="correctness only (each attempt much shorter)")
+    parser.add_argument("--max-growth-mib", type=float, default=256.0)
+    parser.add_argument("--max-slowdown", type=float, default=1.5)
+    parser.add_argument("--out", default=None, help="folder for long_run_memory.json")
+    args = parser.parse_args(argv)
+    if args.attempts < 1:
+        parser.error("--attempts must be at least 1")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda needs a CUDA GPU, and this machine has none")
+    try:
+        task = load_task(args.task)
+        candidates = load_seeds(task, args.seeds, args.device)
+    except (TaskError, OSError, ValueError) as exc:
+        print(f"long_run_memory: {exc}", file=sys.stderr)
+        return 2
+    if not candidates:
+        print(f"long_run_memory: task {task.name} has no seeds for {args.device}", file=sys.stderr)
+        return 2
+    sampler = Sampler(args.device)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, Ledger(Path(tmp) / "ledger.sqlite") as ledger:
+        run_id = ledger.create_run(task=task.name, task_path=args.task, device=args.device, device_name=args.device,
+                                   proposer=CyclingProposer.name, budget_attempts=args.attempts)
+        options = [JudgeOptions(device=args.device, time_it=not args.no_timing)]
+        copies = Path(tmp) / "attempts"
+        copies.mkdir()
+        loop = Loop(ledger, run_id, task, CyclingProposer(candidates, copies), RunLimits(budget_attempts=args.attempts),
+                    options, on_event=sampler, candidates=candidates, counters="off")
+        result = loop.run()
+    wall = time.perf_counter() - started
+    time.sleep(1)  # keepers end within their grace
+    left = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    rows = table(sampler.samples)
+    found = problems(rows, result.attempts, args.max_growth_mib, args.max_slowdown, len(left))
+    device = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
+    print(f"{device}, {time.strftime('%Y-%m-%d')}, {task.name}: {result.attempts} attempts in {wall:.0f} s "
+          f"({result.stop_reason}); verdicts {verdicts_of(sampler.samples)}")
+    print(f"{'metric':<28} {'first':>9} {'last':>9} {'max':>9} {'slope/attempt':>14} {'growth':>9}")
+    for row in rows:
+        print(f"{row['metric'] + ' (' + row['unit'] + ')':<28} {row['first']:>9.1f} {row['last']:>9.1f} "
+              f"{row['max']:>9.1f} {row['slope_per_attempt']:>14.3f} {row['growth']:>9.1f}")
+    print(f"processes left after the run: {len(left)}")
+    print("; ".join(found) if found else f"flat: growth within {args.max_growth_mib:.0f} MiB, no slowdown")
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "long_run_memory.json").write_text(json.dumps(
+            {"attempts": result.attempts, "wall_s": wall, "rows": rows, "problems": found,
+             "samples": [s.__dict__ for s in sampler.samples]}, indent=1) + "\n")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

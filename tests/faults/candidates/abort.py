@@ -1,0 +1,7 @@
+"""Fault: abort() (SIGABRT), as a failed C assertion does."""
+
+import os
+
+
+def kernel(x, y, a):
+    os.abort()

@@ -1,0 +1,6 @@
+"""Fault: a pure-Python endless loop in the first call."""
+
+
+def kernel(x, y, a):
+    while True:
+        pass
