@@ -54,6 +54,7 @@ def test_start_passes_on_the_cpu_shapes(op, capsys):
     assert sum(row["held_out"] for row in verdict["shapes"]) == task.cpu.held_out.count * len(task.dtypes)
 
 
+@pytest.mark.slow
 def test_geglu_start_is_timed_on_the_cpu(capsys):
     code = main(["eval", str(BENCH / "geglu" / "task.py"), str(BENCH / "geglu" / "start.py"), "--device", "cpu",
                  "--json"])
