@@ -1,6 +1,7 @@
 """The agent benchmark (benchmarks/agent_bench/): every task loads and its plain-torch start passes on the
 CPU shapes; each correctness rule refuses a wrong kernel; setup writes one run and program.md per op (for
-a GPU run, on this machine without one); the table reads a recorded ledger."""
+a GPU run, on this machine without one) or drives an LLM-proposer run (against a loopback model, with
+timing); the table reads a recorded ledger."""
 
 import csv
 import importlib.util
@@ -52,16 +53,6 @@ def test_start_passes_on_the_cpu_shapes(op, capsys):
     public = len(task.cpu.public) * len(task.dtypes)
     assert sum(not row["held_out"] for row in verdict["shapes"]) == public
     assert sum(row["held_out"] for row in verdict["shapes"]) == task.cpu.held_out.count * len(task.dtypes)
-
-
-def test_geglu_start_is_timed_on_the_cpu(capsys):
-    code = main(["eval", str(BENCH / "geglu" / "task.py"), str(BENCH / "geglu" / "start.py"), "--device", "cpu",
-                 "--json"])
-    verdict = json.loads(capsys.readouterr().out)
-    assert code == 0 and verdict["verdict"] == "pass"
-    timed = [row for row in verdict["shapes"] if not row["held_out"]]
-    assert timed and all(row["median_us"] > 0 and row["ref_median_us"] > 0 for row in timed)
-    assert 0.2 < verdict["speedup"] < 5.0  # the start is the reference's own math
 
 
 def _inputs(op, shape, dtype, seed=3):
@@ -230,3 +221,79 @@ def test_table_reads_a_recorded_ledger(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "| geglu | 0 | 0/0 | - | not measured | not measured | 0.0 | - |" in text
     assert bench.main(["table", "--ledger", str(tmp_path / "none.sqlite")]) == 2
+
+
+def test_setup_with_the_llm_proposer_needs_a_model_in_one_line(tmp_path, capsys):
+    bench = _bench_module()
+    code = bench.main(["setup", "--proposer", "llm", "--device", "cpu", "--ledger", str(tmp_path / "l.sqlite")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--llm-model" in err
+    code = bench.main(["setup", "--ops", "softmax", "--device", "cpu", "--ledger", str(tmp_path / "l.sqlite")])
+    err = capsys.readouterr().err
+    assert code == 2 and "unknown op 'softmax'" in err
+    assert not (tmp_path / "l.sqlite").exists() or not Ledger(tmp_path / "l.sqlite").list_runs()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+def test_start_passes_on_the_gpu_shapes(op, capsys):
+    """On a GPU: the GPU shape set (real vocabularies, 128 experts, paged caches) and its held-out ranges."""
+    code = main(["eval", str(BENCH / op / "task.py"), str(BENCH / op / "start.py"), "--device", "cuda",
+                 "--no-timing", "--json"])
+    verdict = json.loads(capsys.readouterr().out)
+    assert (code, verdict["verdict"], verdict["reasons"]) == (0, "pass", [])
+    task = load_task(str(BENCH / op / "task.py"))
+    assert sum(not row["held_out"] for row in verdict["shapes"]) == len(task.gpu.public) * len(task.dtypes)
+
+
+GEGLU_ANSWER = '''Compute the gate in chunks of rows to keep the temporaries small.
+
+```python
+import math
+
+import torch
+
+SPACE = {"ROWS": [8, 32]}
+
+
+def kernel(x, ROWS=8):
+    half = x.shape[-1] // 2
+    out = torch.empty(x.shape[0], half, dtype=x.dtype, device=x.device)
+    c = math.sqrt(2.0 / math.pi)
+    for start in range(0, x.shape[0], ROWS):
+        gate = x[start:start + ROWS, :half].float()
+        up = x[start:start + ROWS, half:].float()
+        out[start:start + ROWS] = (0.5 * gate * (1.0 + torch.tanh(c * (gate + 0.044715 * gate ** 3))) * up).to(x.dtype)
+    return out
+```
+'''
+
+
+@pytest.mark.slow
+def test_setup_with_the_llm_proposer_drives_a_run(tmp_path, monkeypatch, capsys):
+    from test_llm_proposer import FakeLLM
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    bench, fake = _bench_module(), FakeLLM([{"text": GEGLU_ANSWER}])
+    ledger = tmp_path / "l.sqlite"
+    try:
+        code = bench.main(["setup", "--proposer", "llm", "--llm-model", "fake-coder", "--llm-base-url",
+                           fake.url + "/v1", "--device", "cpu", "--ops", "geglu", "--budget", "2",
+                           "--ledger", str(ledger)])
+    finally:
+        fake.close()
+    assert code == 0, capsys.readouterr().err
+    with Ledger(ledger) as led:
+        (run,) = led.list_runs()
+        attempts = led.attempts(run["id"])
+    assert (run["task"], run["proposer"], run["device"]) == ("geglu", "llm", "cpu")
+    assert [a["proposer"] for a in attempts] == ["tune", "llm"] and all(a["verdict"] == "pass" for a in attempts)
+    assert attempts[0]["source"] == (BENCH / "geglu" / "start.py").read_text()
+    # Both were timed on the CPU beside the reference (the start is the reference's own math).
+    assert all(0.2 < a["speedup"] < 5.0 for a in attempts)
+    assert all(r["median_us"] > 0 and r["ref_median_us"] > 0 for r in attempts[0]["shapes"] if not r["held_out"])
+    assert "gelu_tanh" in fake.prompts()[0]  # the task's brief reached the model
+    assert bench.main(["table", "--ledger", str(ledger), "--csv"]) == 0
+    rows = {r[0]: r for r in csv.reader(io.StringIO(capsys.readouterr().out))}
+    assert rows["geglu"][1:3] == ["2", "2/2 (100%)"]

@@ -92,3 +92,20 @@ def test_brief_for_the_h200_shows_the_reference_times_its_runs_measured(tmp_path
     assert "99.0" not in brief
     code, _, err = run_cli(capsys, "context", "rmsnorm", "--device", "cpu", "--device-name", "H200")
     assert "goes with --device cuda" in one_line(code, err)
+
+
+def test_mcp_start_run_for_the_h200_without_a_gpu(tmp_path):
+    anyio = pytest.importorskip("anyio")
+    pytest.importorskip("mcp")
+    from ratchet.agents.mcp_server import build_server
+
+    server = build_server(tmp_path / "l.sqlite", "cuda", "H200")
+
+    async def start():
+        return await server.call_tool("start_run", {"task": "rmsnorm"})
+
+    result = anyio.run(start)
+    assert not result.is_error and result.structured_content["device"] == "cuda"
+    with Ledger(tmp_path / "l.sqlite") as led:
+        (run,) = led.list_runs()
+    assert (run["id"], run["device"], run["device_name"]) == (result.structured_content["run"], "cuda", "NVIDIA H200")

@@ -349,7 +349,7 @@ def program_text(task: Task, run: Mapping[str, Any], ledger_flag: str = "", ledg
     targets = device_targets(task, ledger, device, run.get("device_name") or None)
     timing = "\n".join(judge_facts.timing_protocol(device))
     cheap = "\n".join(judge_facts.correctness_only_check(spec, " (`--no-timing` is refused with `--run`)"))
-    arch = gpu_arch(run.get("device_name"))
+    arch = judge_facts.gpu_arch(run.get("device_name"))
     check = judge_facts.compile_check(spec, arch)
     return f"""# Ratchet program: `{task.name}` on {device}, run `{rid}`
 
@@ -451,14 +451,6 @@ The reference (`{task.source_path}`):
   suspicious of big wins and look for the bug first.
 - Report what the judge said, failures included. The ledger keeps every attempt.
 """
-
-
-def gpu_arch(device_name: str | None) -> str:
-    """The ``sm_XY`` target of a GPU by its sheet's compute capability; Hopper's sm_90 when unknown."""
-    from ratchet.hardware.sheets import find_sheet
-
-    sheet = find_sheet(device_name)
-    return f"sm_{sheet.compute_capability.replace('.', '')}" if sheet else "sm_90"
 
 
 def _seed_paths(task: Task, device: str) -> list[str]:

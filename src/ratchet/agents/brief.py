@@ -836,10 +836,12 @@ def _rules(f: _Facts, full: bool) -> str:
     lines.append(f"- Forbidden ops (seen by the profiler however they are reached, a fallback included; code "
                  f"`forbidden_call`): {forbidden}." if t.forbidden else "- Forbidden ops: none for this task.")
     if full:
-        spec = t.source_path or t.name
+        spec = _task_spec(t)
         lines += ["", "How the judge times (what speedup and kept mean):", *judge_facts.timing_protocol(f.device),
                   "", "Cheaper checks before a judged attempt (no GPU needed):",
-                  *judge_facts.correctness_only_check(spec), "- " + judge_facts.compile_check(spec)]
+                  *judge_facts.correctness_only_check(spec),
+                  "- " + judge_facts.compile_check(spec, judge_facts.gpu_arch(f.device_name) if f.device == "cuda"
+                                                   else "sm_90")]
     lines += ["", "What the judge refuses (`fail`):"]
     lines += [f"- `{code}`: {why}" for code, why in FAIL_CODES.items()]
     lines += ["", "What it cannot judge (`error`):"]
@@ -848,6 +850,16 @@ def _rules(f: _Facts, full: bool) -> str:
 
 
 # -- helpers --------------------------------------------------------------------------------------------
+
+
+def _task_spec(task: Task) -> str:
+    """How a command names the task: its built-in name when it is a built-in task, else its file."""
+    from ratchet.task import BUILTIN_TASKS_DIR
+
+    builtin = BUILTIN_TASKS_DIR / task.name / "task.py"
+    if task.source_path and builtin.is_file() and Path(task.source_path).resolve() == builtin.resolve():
+        return task.name
+    return task.source_path or task.name
 
 
 def _is_kernelbench(task: Task) -> bool:

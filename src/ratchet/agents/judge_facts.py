@@ -82,3 +82,11 @@ def cuda_cpp_rule() -> str:
             "SPACE value passed as a define is a build of its own, compiled in the config's first call "
             "(17-27 s on the H200's host with other evaluations running); pass what can be a runtime "
             "argument (block size, a flag) as one.")
+
+
+def gpu_arch(device_name: str | None) -> str:
+    """The ``sm_XY`` target of a GPU by its sheet's compute capability; Hopper's sm_90 when unknown."""
+    from ratchet.hardware.sheets import find_sheet
+
+    sheet = find_sheet(device_name)
+    return f"sm_{sheet.compute_capability.replace('.', '')}" if sheet else "sm_90"

@@ -35,12 +35,13 @@ def _sdk():
     return MCPServer, ToolError
 
 
-def build_server(ledger_path: Path, device: str):
+def build_server(ledger_path: Path, device: str, device_name: str | None = None):
     from ratchet.agents import api as agents_api
     from ratchet.run.ledger import Ledger
 
     MCPServer, ToolError = _sdk()
     server = MCPServer("ratchet", instructions=INSTRUCTIONS)
+    server_device_name = device_name  # the GPU new runs are for, when this machine has none
 
     @contextmanager
     def tool_errors() -> Iterator[None]:
@@ -89,7 +90,8 @@ def build_server(ledger_path: Path, device: str):
 
             t = load_task(task)
             with Ledger(ledger_path) as ledger:
-                run_id = agents_api.create_agent_run(ledger, t, device, target_speedup, device_name)
+                run_id = agents_api.create_agent_run(ledger, t, device, target_speedup,
+                                                     device_name or server_device_name)
             return {"run": run_id, "task": t.name, "device": device}
 
     @server.tool()

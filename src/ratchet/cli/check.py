@@ -50,7 +50,7 @@ def cmd_check(args) -> int:
             print(f"{status:6} {k.kernel}{k.signature}{shared}" + (f": {k.message}" if k.message else ""))
         for note in report.notes:
             print(f"note: {note}")
-        if report.ok:
+        if report.ok and report.kernels:
             print(f"{len(report.kernels)} kernel compile(s) for {report.arch}: all compiled")
     if report.error:
         print(f"ratchet: error: {report.error}", file=sys.stderr)

@@ -10,6 +10,8 @@ def register(sub, parser_class) -> None:
     mc.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or .ratchet/ledger.sqlite)")
     mc.add_argument("--device", choices=["cpu", "cuda"],
                     help="where judge runs without a run, and the device of new runs (default: cuda if present)")
+    mc.add_argument("--device-name", metavar="NAME", help="with --device cuda: the GPU that will judge new runs, "
+                    "e.g. H200, when this machine has none (its runs are judged on that machine)")
     mc.set_defaults(func=cmd_mcp)
 
 
@@ -17,11 +19,13 @@ def cmd_mcp(args) -> int:
     from ratchet.cli.common import UsageError, resolve_device
     from ratchet.run.ledger import default_ledger_path
 
-    device = resolve_device(args.device)
+    if args.device_name and args.device != "cuda":
+        raise UsageError("--device-name names a GPU: it goes with --device cuda")
+    device = args.device if args.device_name else resolve_device(args.device)
     try:
         from ratchet.agents.mcp_server import build_server
 
-        server = build_server(default_ledger_path(args.ledger).resolve(), device)
+        server = build_server(default_ledger_path(args.ledger).resolve(), device, args.device_name)
     except ImportError as exc:
         raise UsageError(f"ratchet mcp needs the MCP Python SDK ({exc}); pip install 'ratchet[agents]'") from None
     server.run("stdio")
