@@ -4,7 +4,8 @@ A run of the tuner over three files made from one seed of the task: the seed its
 it calls the seed's kernel three times per call) and a wrong twin (its floating-point outputs scaled),
 each with the seed's SPACE. The table gives, per class of attempt, how many there were and the judge's
 wall seconds (the ledger's ``judge_wall_s``): the seed's kept and not-kept attempts, the slow twin's
-(raced where the judge races, else timed in full and not kept) and the wrong twin's (failed). With
+(raced where the judge races, else timed in full and not kept) and the wrong twin's (failed); each
+class says which files its attempts came from (an honest file can fail on a noisy machine). With
 ``--src`` given more than once the same run is made with each Ratchet source tree (e.g. the code before
 and after a change) and the table has a column per tree.
 
@@ -24,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 SLOW = '''
@@ -54,7 +56,7 @@ def kernel(*args, **kwargs):
     return _judge_costs_spoil(_judge_costs_kernel(*args, **kwargs))
 '''
 
-CLASSES = ("failed (wrong twin)", "raced or slow loser (slow twin)", "kept (seed)", "passed, not kept (seed)")
+CLASSES = ("failed", "raced", "passed, not kept", "kept")
 
 
 def default_seed(task: str, device: str) -> Path:
@@ -95,12 +97,12 @@ def run_once(src: str | None, args, files: list[Path], folder: Path) -> list[dic
     for row in rows:
         name = Path(row["candidate_path"]).name
         raced = bool(json.loads(row["extra_json"] or "{}").get("raced"))
-        if name.startswith("wrong_"):
+        if row["verdict"] != "pass":
             kind = CLASSES[0]
-        elif name.startswith("slow_"):
+        elif raced:
             kind = CLASSES[1]
         else:
-            kind = CLASSES[2] if row["kept"] else CLASSES[3]
+            kind = CLASSES[3] if row["kept"] else CLASSES[2]
         out.append({"seq": row["seq"], "file": name, "verdict": row["verdict"], "kept": bool(row["kept"]),
                     "raced": raced, "judge_wall_s": row["judge_wall_s"], "class": kind})
     return out
@@ -108,16 +110,16 @@ def run_once(src: str | None, args, files: list[Path], folder: Path) -> list[dic
 
 def table(results: dict[str, list[dict]]) -> str:
     trees = list(results)
-    lines = ["| attempt | " + " | ".join(f"{t}: n, mean s, median s" for t in trees) + " |",
+    lines = ["| attempt | " + " | ".join(f"{t}: n (files), mean s, median s" for t in trees) + " |",
              "| --- | " + " | ".join("---" for _ in trees) + " |"]
     for kind in CLASSES:
         cells = []
         for tree in trees:
-            seconds = [a["judge_wall_s"] for a in results[tree] if a["class"] == kind]
-            raced = sum(1 for a in results[tree] if a["class"] == kind and a["raced"])
+            picked = [a for a in results[tree] if a["class"] == kind]
+            seconds = [a["judge_wall_s"] for a in picked]
             if seconds:
-                note = f" ({raced} raced)" if raced else ""
-                cells.append(f"{len(seconds)}{note}, {statistics.mean(seconds):.1f}, {statistics.median(seconds):.1f}")
+                files = ", ".join(f"{n} {k}" for k, n in Counter(a["file"].split("_")[0] for a in picked).items())
+                cells.append(f"{len(seconds)} ({files}), {statistics.mean(seconds):.1f}, {statistics.median(seconds):.1f}")
             else:
                 cells.append("-")
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
