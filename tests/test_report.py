@@ -96,6 +96,10 @@ def test_best_shapes_roofline_lineage_and_landscape(ledger_path, run_id):
     tbps = next(t for t in pic.figures["roofline"].data if t.meta == "tbps")
     assert list(tbps.y) == [r["achieved_tbps"] for r in rows]
     assert pic.notes["roofline"].startswith("measured ceilings")
+    from ratchet.diagnose.bottleneck import classify_row
+
+    classes = re.findall(r"<td>((?:memory|compute|overhead)-bound|\?)</td>", report_html.best_table(best))
+    assert classes == [classify_row(r, best["extra"]["ceilings"]) for r in rows] and len(classes) == 3
     ceilings = {t.meta: set(t.y) for t in pic.figures["roofline"].data if str(t.meta).startswith("ceiling")}
     assert ceilings == {"ceiling copy_tbps": {4.2}, "ceiling matmul_tflops": {700.0}}
     # Lineage: the parent chain from the best back to the first kept attempt, each seq once.
