@@ -96,6 +96,10 @@ def test_best_shapes_roofline_lineage_and_landscape(ledger_path, run_id):
     tbps = next(t for t in pic.figures["roofline"].data if t.meta == "tbps")
     assert list(tbps.y) == [r["achieved_tbps"] for r in rows]
     assert pic.notes["roofline"].startswith("measured ceilings")
+    from ratchet.diagnose.bottleneck import classify_row
+
+    classes = re.findall(r"<td>((?:memory|compute|overhead)-bound|\?)</td>", report_html.best_table(best))
+    assert classes == [classify_row(r, best["extra"]["ceilings"]) for r in rows] and len(classes) == 3
     ceilings = {t.meta: set(t.y) for t in pic.figures["roofline"].data if str(t.meta).startswith("ceiling")}
     assert ceilings == {"ceiling copy_tbps": {4.2}, "ceiling matmul_tflops": {700.0}}
     # Lineage: the parent chain from the best back to the first kept attempt, each seq once.
@@ -260,3 +264,27 @@ def test_outcomes_and_peers_from_rows_as_other_ledgers_write_them():
     assert note == ""
     bars = {t.meta: list(t.y) for t in fig.data}
     assert bars == {"vs reference": [3.0, 2.5], "vs torch_compile": [1.5, None]}
+
+
+def test_rows_written_by_other_tools_still_report(tmp_path):
+    """Attempts as an outside agent or an older Ratchet may have recorded them: reasons without details,
+    configs with lists, shape rows missing most fields, a pass with no speedup, ideas by id only."""
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        run_id = ledger.create_run("custom", "t.py", "cuda", "Some Future GPU", "agent")
+        odd = [
+            {"verdict": "fail", "reasons": [{"code": "wrong_output"}], "shapes": []},
+            {"verdict": "fail", "reasons": [], "shapes": []},
+            {"verdict": "pass", "speedup": None, "shapes": [{"shape": {}, "dtype": None, "median_us": 5.0}]},
+            {"verdict": "pass", "speedup": 1.2, "shapes": [{"median_us": 2.0, "speedup": 1.2}]},
+            {"verdict": "error", "reasons": [{"code": "crash", "detail": None}], "shapes": [{"weird": True}]},
+        ]
+        ids = [ledger.record_attempt(run_id, f"c{i}.py", f"# {i}\n", {"TILE": [i, 2]} if i % 2 else {}, v, "agent",
+                                     idea_id=None) for i, v in enumerate(odd)]
+        ledger.set_best(run_id, ids[3])
+    page = report_html.write_report(path, run_id, tmp_path / "r.html").read_text()
+    figures = _figures_in(page)
+    assert sum(len(t["x"]) for t in figures["fig-progress"] if t.get("meta") == "attempts") == len(odd)
+    bars = dict(zip(figures["fig-failures"][0]["x"], figures["fig-failures"][0]["y"]))
+    assert bars == {"wrong_output": 1, "unknown": 1, "crash": 1}
+    assert "no ceilings stored with the attempt and no datasheet for this device" in page

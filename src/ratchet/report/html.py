@@ -17,6 +17,7 @@ from typing import Iterable
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from ratchet.diagnose.bottleneck import RULE, classify_row_with_counters, labelled
 from ratchet.report import plots
 from ratchet.report.ledger_view import LedgerView
 from ratchet.run.ledger import LedgerError
@@ -163,13 +164,19 @@ def run_body(view: LedgerView, run_id: str, ledger_path: str | Path, pic: RunPic
 
 
 def best_table(best: dict | None) -> str:
+    """The best's timed rows, each with what limits it (``ratchet.diagnose.bottleneck``, the rule of
+    ``ratchet show``: from the judge's figures and the stored ceilings, refined by ncu's counters where
+    they were read on that shape)."""
     if not best:
         return note("nothing kept yet")
+    extra = best.get("extra") or {}
     rows = [(plots.shape_label(r), r.get("median_us"), r.get("ref_median_us"), r.get("speedup"),
              r.get("achieved_tbps"), r.get("achieved_tflops"),
-             None if r.get("roofline_fraction") is None else f"{100 * r['roofline_fraction']:.0f}%")
+             None if r.get("roofline_fraction") is None else f"{100 * r['roofline_fraction']:.0f}%",
+             labelled(*classify_row_with_counters(r, extra.get("ceilings"), extra.get("counters"))))
             for r in plots.timed_rows(best)]
-    return table(("shape", "median µs", "reference µs", "speedup", "TB/s", "TFLOP/s", "of floor"), rows)
+    return (table(("shape", "median µs", "reference µs", "speedup", "TB/s", "TFLOP/s", "of floor", "limited by"), rows)
+            + note(RULE))
 
 
 def lineage_table(chain: list[dict], ideas: dict[int, str]) -> str:

@@ -225,7 +225,7 @@ def roofline_figure(best: dict | None, run: dict) -> tuple[go.Figure, str]:
                                      name=f"ceiling {ceilings[key]:.4g} {unit}", meta=f"ceiling {key}",
                                      line=dict(dash="dash", color="#d62728")), row=1, col=col)
     fig.update_layout(**LAYOUT, title="the best on the roofline")
-    fig.update_layout(legend=dict(orientation="h", y=1.18, x=1, xanchor="right"), margin=dict(t=90))
+    fig.update_layout(legend=dict(orientation="h", y=-0.55), margin=dict(b=130), height=460)  # below the tilted ticks
     return fig, source
 
 
