@@ -1,6 +1,6 @@
 """The most of a GPU's time the judge's timing protocol can keep busy, with nothing else in the way.
 
-Issue 4 asks the loop to keep the GPU busy at least 70% of a run (NVML's utilization.gpu: the share of
+The loop's busy-share goal is to keep the GPU busy at least 70% of a run (NVML's utilization.gpu: the share of
 time any kernel runs). Whatever a loop overlaps, a microsecond kernel's timed calls are its densest GPU
 work: correctness calls and compiles keep the GPU busier than that only if they run more kernels.
 So this script times one candidate's calls back to back in one process, as the judge's worker makes

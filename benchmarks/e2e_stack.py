@@ -1,4 +1,4 @@
-"""Issue 7 end to end, in one command: run -> gate -> stack, decode tokens/s of Ratchet's stack against
+"""The e2e goal end to end, in one command: run -> gate -> stack, decode tokens/s of Ratchet's stack against
 torch.compile with CUDA graphs, per workload x context x batch.
 
     python benchmarks/e2e_stack.py --run-task decode_attention --budget 6 --contexts 8192 32768 --out out/e2e
@@ -39,7 +39,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-GOAL = 1.3  # issue 7: the stack's decode tokens/s at least 1.3x torch.compile + CUDA graphs
+GOAL = 1.3  # the e2e goal: the stack's decode tokens/s at least 1.3x torch.compile + CUDA graphs
 GRACE_S = 15.0  # after SIGINT, how long a child may take to stop cleanly (the loop closes its workers)
 # When a run's time budget ends, the evaluations in flight (up to 3 per GPU) still finish: on the H200
 # (2026-11-30) a run of --run-seconds 120 was killed at its 165 s limit with decode_attention

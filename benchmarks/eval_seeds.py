@@ -1,6 +1,6 @@
 """Judge every seed of the given tasks twice on one device and write a table.
 
-Measures what issue 2 asks of the judge on real hardware: per-shape speedup and fraction of the
+Measures what the judge must show on real hardware: per-shape speedup and fraction of the
 roofline for each seed, run-to-run agreement of the median (two full evaluations, same session), and
 the judge's own wall time per evaluation (what a user waits).
 

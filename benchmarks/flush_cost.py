@@ -1,6 +1,6 @@
 """What the L2 flush itself costs the timed call: memory-bound calls timed after each kind of flush.
 
-The judge flushes the L2 before every timed call by writing a buffer twice its size (DESIGN.md). Written
+The judge flushes the L2 before every timed call by writing a buffer twice its size (docs/design.md). Written
 lines are dirty, and a call that starts with an L2 full of them pays for their write-back to DRAM inside
 its own timed window. ``ratchet.judge.timing.L2Flusher`` therefore reads a second buffer after the write.
 This measures, side by side in one process, the same calls after: the judge's flusher (written, then

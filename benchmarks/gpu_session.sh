@@ -30,7 +30,7 @@ run_gpu_tests() {
     echo "== $f: exit $?"
   done
 }
-# Issue 4 on landscapes (every config timed in one process, benchmarks/landscape.py): first the
+# The search-efficiency goal on landscapes (every config timed in one process, benchmarks/landscape.py): first the
 # rmsnorm_decode SPACE, to compare with the full-judge table of 2026-11-30 (call2/search_table.json), then
 # the largest Triton SPACEs, split-row top-p last (its GPU test stalled on 2026-11-30).
 run_landscapes() {
@@ -52,9 +52,9 @@ run_goals() {
       > "$OUT/goals/$name.log" 2>&1
   }
   goal decode_attention --tasks decode_attention --seeds split_k --where B=1 Hq=32 Hkv=8
-  # top-p at the best config of session 9's landscape at B=64 (136 us there; the default 151)
+  # top-p at the best config of 2026-11-30's (cache hints) landscape at B=64 (136 us there; the default 151)
   goal top_p --tasks top_p_sampling --seeds split_row --where B=64 --config '{"BLOCK":256,"PROGRAMS":2048,"num_warps":4}'
-  goal top_p_pivots --tasks top_p_sampling --seeds sampled_pivots --where B=64  # 242.6 us judged in session 11
+  goal top_p_pivots --tasks top_p_sampling --seeds sampled_pivots --where B=64  # 242.6 us judged on 2026-11-30
   goal moe_route --tasks moe_route --seeds fused --where T=64
   timeout $(( deadline - $(date +%s) )) python benchmarks/suite.py --tasks softmax --shapes 3 --peers best \
     --best softmax=$S/softmax/seeds/triton_online.py --graph-below 100 --out "$OUT/goals/softmax" \
@@ -94,21 +94,22 @@ for stage in $STAGES; do
              --seed-file "$ROWWISE" --out "$OUT" > "$OUT/guard.log" 2>&1 ;;
     suite) timeout "${SUITE_S:-540}" python benchmarks/suite.py ${SUITE_ARGS:-} --out "$OUT/suite" \
              > "$OUT/suite.log" 2>&1 ;;
-    # Issue 5's copy-ceiling goal: each norm's and silu_mul's largest shapes beside torch.compile and Liger.
+    # The copy-ceiling goal of the norms: each norm's and silu_mul's largest shapes beside torch.compile and Liger.
     largest) timeout "${LARGEST_S:-540}" python benchmarks/suite.py --tasks rmsnorm add_rmsnorm silu_mul \
              --largest "${LARGEST_N:-2}" --peers torch_compile liger --time-budget $(( ${LARGEST_S:-540} - 40 )) \
              --out "$OUT/largest" ${LARGEST_ARGS:-} > "$OUT/largest.log" 2>&1 ;;
-    # Issue 5's goal rows that are not largest shapes, each seed that carries the row's idea: split-K at
+    # The kernel goals' rows that are not largest shapes, each seed that carries the row's idea: split-K at
     # B=1 (8 and 35 us), the online softmax under a graph (20), split-row top-p at B=64 (45; at the best
     # config of its landscape), the fused moe_route at T=64 (15). One table each under $OUT/goals/.
     goals) run_goals ;;
-    # The busy share the timing protocol allows at best (issue 4's 70%), at a 3 us and a 10 us rmsnorm.
+    # The busy share the timing protocol allows at best (the loop's busy-share goal: 70%), at a 3 and a 10 us
+    # rmsnorm.
     ceiling) for w in "T=1 H=4096" "T=256 H=8192"; do
                timeout "${CEILING_S:-90}" python benchmarks/busy_ceiling.py --task "$DECODE" --seed-file "$ROWWISE" \
                  --where $w --out "$OUT/ceiling/${w//[ =]/_}" >> "$OUT/ceiling.log" 2>&1
              done ;;
     # The fastest bare read of decode attention's B = 1 caches under the judge's protocol: no kernel that must
-    # read them can be judged faster (issue 5's 8 us at L = 4096 is below it).
+    # read them can be judged faster (the decode-attention goal of 8 us at L = 4096 is below it).
     floor) timeout "${FLOOR_S:-150}" python benchmarks/read_floor.py --task decode_attention --where B=1 Hq=32 \
              --out "$OUT/read_floor.md" > "$OUT/read_floor.log" 2>&1 ;;
     e2e) timeout "${E2E_S:-560}" python benchmarks/e2e_stack.py --run-task decode_attention --budget "${E2E_BUDGET:-6}" \

@@ -5,7 +5,7 @@ against its merge, a seed's main kernel against the copies around it) and how th
 with the call's own time under a CUDA graph, whose difference is the launches' gaps. It is a diagnostic,
 not a verdict: no checks, the candidate in this process. L2 is flushed before each call by inverting a
 buffer twice its size (``bitwise_not``: a kernel no candidate of these tasks launches, so its launches
-are told apart and left out of the table). That is the judge's flush before session 8, without its
+are told apart and left out of the table). That is the judge's flush before 2026-11-30 (flush write-back), without its
 second, read-only pass: the first kernel to touch memory pays the write-back of the flush's dirty lines
 (3-5 µs on the H200, benchmarks/flush_cost.py), so read the shares and the gaps, not the absolute times.
 

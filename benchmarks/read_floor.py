@@ -15,10 +15,10 @@ Sizes come from a task's cost model (every public GPU shape, or those that match
     python benchmarks/read_floor.py --task decode_attention --where B=1 Hq=32 --out out/read_floor.md
     python benchmarks/read_floor.py --mb 16.8 134.2
 
-On the H200 (2026-12-01, session 15, the first command above): the B = 1 caches of decode attention at
-L = 4096 / 32768 / 131072 (16.8 / 134.2 / 536.9 MB) read in 8.29 / 33.38 / 119.02 µs at best; the fill took
-3.14. The probe this script came from tried 17 ways and read the first two in 8.13 and 32.90 at best
-(docs/measurements/2026-12-01-h200-session15/).
+On the H200 (2026-12-01, the first command above; docs/results/2026-12-01-read-floor.md): the B = 1 caches of
+decode attention at L = 4096 / 32768 / 131072 (16.8 / 134.2 / 536.9 MB) read in 8.29 / 33.38 / 119.02 µs at
+best; the fill took 3.14. The probe this script came from tried 17 ways and read the first two in 8.13 and
+32.90 at best (docs/benchmarks.md, "2026-12-01 (decode read floor)").
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ class ReadKernel:
         return f"16-byte loads {blocks} x {self.threads} threads"
 
 
-# Session 15's probe (docs/measurements/2026-12-01-h200-session15/call1_read_floor.log) tried 17 ways; these
+# The probe of 2026-12-01 (docs/benchmarks.md, "2026-12-01 (decode read floor)") tried 17 ways; these
 # four were within 1% of its best at 16.8 and 134.2 MB.
 READ_KERNELS = (ReadKernel("bulk", 1, 32768, 6), ReadKernel("bulk", 2, 32768, 3), ReadKernel("bulk", 4, 16384, 3),
                 ReadKernel("vector", 8, threads=256))

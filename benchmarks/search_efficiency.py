@@ -45,7 +45,7 @@ MIN_CONFIGS = 8  # smaller spaces say little about a searcher
 VARIANTS = {
     # before 2026-11-30's bounded repeats
     "tpe-old": ("tpe", TuneSettings(asks=None, fallback="first", zero_last=False, neighbours_below=0)),
-    "tpe-2026-11": ("tpe", TuneSettings(zero_last=False, neighbours_below=0)),  # the default before session 16
+    "tpe-2026-11": ("tpe", TuneSettings(zero_last=False, neighbours_below=0)),  # default to 2026-12-01
     "neighbours-always": ("tpe", TuneSettings(neighbours_below=10**9)),
     "ordinal": ("tpe", TuneSettings(ordinal=True)),
     "ordinal-multivariate": ("tpe", TuneSettings(ordinal=True, multivariate=True)),
@@ -97,14 +97,14 @@ def table_candidate(table: dict) -> Candidate:
                          constraints=tuple(table.get("constraints", ())))
     candidate = load_candidate(ROOT / table["seed_file"])
     # The seed's SPACE may have grown since the table was measured (softmax's PROGRAMS gained 512 and
-    # rmsnorm a HINTS key in session 9): replay over the keys and values the table holds, in the seed's
+    # rmsnorm a HINTS key on 2026-11-30): replay over the keys and values the table holds, in the seed's
     # order, so every proposal has a row.
     measured = {key: {json.dumps(r["config"][key]) for r in table["rows"] if key in r["config"]}
                 for key in candidate.space}
     space = {key: tuple(v for v in values if json.dumps(v) in measured[key])
              for key, values in candidate.space.items() if measured[key]}
     candidate = dataclasses.replace(candidate, space=space)
-    # A run cut short (session 16's split-row table lacks 1 of 42) leaves combinations unmeasured: the
+    # A run cut short (2026-12-01's split-row table lacks 1 of 42) leaves combinations unmeasured: the
     # replay excludes each by a constraint, as if the seed had never allowed it.
     have = {config_key(r["config"]) for r in table["rows"]}
     missing = tuple("not (" + " and ".join(f"{k} == {v!r}" for k, v in c.items()) + ")"

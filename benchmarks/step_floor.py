@@ -11,13 +11,13 @@ Weights are counted from the workload itself (``ratchet.e2e.workloads.build``, p
 meta device: nothing is allocated) and the cache from its ``cache_shapes``. Routed experts touched by B
 tokens of top-k routing over E experts: E * (1 - (1 - k/E)^B) in expectation for uniform routing (each
 token picks k distinct experts). That is an assumption, and for the deepseek workload too high: on the
-H200 (2026-11-30, session 7, `ratchet profile deepseek --batch 32 --context 32768`) its two MoE layers'
+H200 (2026-11-30 (largest shapes), `ratchet profile deepseek --batch 32 --context 32768`) its two MoE layers'
 grouped GEMMs took 5.90 ms, under the 6.7 ms this count's bytes need at the copy rate, so its random
 router touches fewer experts; at the MoE the floor here is an upper bound, and reference / floor a
 lower bound on what a stack could gain.
 
     python benchmarks/step_floor.py --workloads llama deepseek --contexts 8192 32768 --batch 32 \
-        --copy-tbps 4.22 --e2e docs/measurements/2026-11-30-h200-session4/call{3,5}*/e2e/e2e_stack.json
+        --copy-tbps 4.22 --e2e out/e2e/e2e_stack.json
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "'auto': torch's default (static first, then one dynamic graph)")
     p.add_argument("--graph-below", type=float, metavar="US", default=GPU_POLICY.graph_below_us,
                    help="time shapes whose eager reference is under US microseconds under CUDA graphs too, and "
-                        f"quote that (default {GPU_POLICY.graph_below_us:g}, the judge's; issue 5's softmax goal at "
+                        f"quote that (default {GPU_POLICY.graph_below_us:g}, the judge's; the softmax goal at "
                         "64 rows is a CUDA-graph time of a ~52 us reference: 100 covers it)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cuda", "cpu"))
     p.add_argument("--out", default="out/suite", help="directory for suite.json, suite.csv and suite.md")

@@ -86,7 +86,7 @@ class Evaluation:
         # The correctness phase's wall time by part (waits for the device lock included): the first call
         # (import, compile), the candidate's other calls, and the judge's own references and comparisons;
         # first_launch: the worker's own clock around the first call's launch (Triton's compile is in it),
-        # to tell a slow compile from a slow round trip (two GPUs: 12 s against 2.7, session 7);
+        # to tell a slow compile from a slow round trip (two GPUs: 12 s against 2.7, 2026-11-30);
         # first_profiled instead when that call was the one run under the profiler (CUPTI starts in it).
         self.correctness_parts = {"first_call": 0.0, "first_launch": 0.0, "first_profiled": 0.0, "calls": 0.0,
                                   "checks": 0.0}

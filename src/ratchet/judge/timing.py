@@ -1,4 +1,4 @@
-"""The one timing protocol (DESIGN.md, "Timing protocol"). TRUSTED: proposers never edit this file.
+"""The one timing protocol (docs/design.md, "Timing protocol"). TRUSTED: proposers never edit this file.
 
 GPU: CUDA events around the call, an L2 flush (a buffer twice the L2, written, then a second one read,
 so the L2 holds clean lines) and a persisting-L2 reset before every timed call, a device-wide synchronize
