@@ -22,9 +22,9 @@ replay too, and that mode is quoted: the row's mode says which. A full evaluatio
 H200 (the correctness phase dominates), so each task runs at its first dtype unless --dtype says
 otherwise.
 
-  python benchmarks/suite.py --out out/suite
-  python benchmarks/suite.py --device cpu --tasks rmsnorm softmax --shapes 2 --peers torch_compile --out /tmp/x
-  python benchmarks/suite.py --tasks rmsnorm --best rmsnorm=kernel.py --budget-note rmsnorm="tune, 40 attempts"
+  python -m benchmarks.suite --out out/suite
+  python -m benchmarks.suite --device cpu --tasks rmsnorm softmax --shapes 2 --peers torch_compile --out /tmp/x
+  python -m benchmarks.suite --tasks rmsnorm --best rmsnorm=kernel.py --budget-note rmsnorm="tune, 40 attempts"
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ import importlib.util
 import inspect
 import json
 import re
-import shlex
 import shutil
 import sys
 import tempfile
@@ -50,7 +49,8 @@ from ratchet.judge import JudgeOptions, Limits, evaluate
 from ratchet.judge.timing import GPU_POLICY
 from ratchet.task import ShapeRange, ShapeSet, TaskError, builtin_task_names, load_task
 
-import suite_table
+from benchmarks import suite_table
+from benchmarks.common import command_line, record_results
 
 PEERS = ("torch_compile", "liger", "best")
 PEERS_DIR = Path(__file__).parent / "peers"
@@ -171,7 +171,8 @@ def run_suite(args, argv, out: Path, scratch: Path, clock: "Clock") -> list[dict
     for task in sorted(set(best) - judged):
         meta["notes"].append(f"--best {task}: no such task was judged")
     if results:
-        suite_table.write_all(out, meta, results)
+        rows = suite_table.write_all(out, meta, results)
+        record_results("suite", suite_table.flat_rows(rows), device=args.device, command=meta["commands"][0])
     print(f"suite done in {clock.elapsed():.0f} s", flush=True)
     return results
 
@@ -506,7 +507,7 @@ def metadata(args, argv, ceilings, best) -> dict:
         "driver": ceilings.driver,
         "versions": {"torch": torch.__version__, "triton": version("triton"), "liger-kernel": version("liger-kernel"),
                      "python": sys.version.split()[0]},
-        "commands": ["python benchmarks/suite.py " + shlex.join(argv)],
+        "commands": [command_line("benchmarks.suite", argv)],
         "ceilings": dataclasses.asdict(ceilings),
         "datasheet_tbps": sheet.memory_bandwidth_tbps if sheet else None,
         "compile": {"mode": args.compile_mode, "dynamic": args.compile_dynamic},

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ratchet.diagnose.bottleneck import COUNTER_RULE, RULE, classify_row_with_counters, labelled
 from ratchet.judge.verdict import Verdict
+from ratchet.report.terminal import make_console, show
 
 _COLOR = {"pass": "green", "fail": "red", "error": "yellow"}
 
@@ -20,7 +21,7 @@ def _fmt(value, spec: str) -> str:
 
 def print_verdict(verdict: Verdict, console: Console | None = None, counters: dict | None = None):
     """``counters``: ncu's (``NcuResult.to_json()``) for one shape, shown next to that row's class."""
-    console = console or Console()
+    console = console or make_console()
     color = _COLOR.get(verdict.verdict, "white")
     speed = f"  speedup {verdict.speedup:.3f}x (weighted geometric mean)" if verdict.speedup else ""
     console.print(f"[bold {color}]{verdict.verdict.upper()}[/]  {verdict.task}  {verdict.candidate}{speed}")
@@ -37,7 +38,7 @@ def print_verdict(verdict: Verdict, console: Console | None = None, counters: di
                           _fmt(s.speedup, ".3f"), _fmt(s.achieved_tbps, ".3f"),
                           _fmt(s.roofline_fraction and 100 * s.roofline_fraction, ".1f") + "%",
                           escape(labelled(*classify_row_with_counters(asdict(s), verdict.ceilings, counters))))
-        console.print(table)
+        show(console, table)
     if counters:
         console.print(escape(counters_line(counters)), soft_wrap=True)
     held = [s for s in verdict.shapes if s.held_out]
@@ -63,7 +64,7 @@ def print_verdict(verdict: Verdict, console: Console | None = None, counters: di
 
 def print_run(run: dict, attempts: list[dict], history: list[dict], ideas: list[dict] = (),
               console: Console | None = None):
-    console = console or Console()
+    console = console or make_console()
     best = f"{run['best_speedup']:.3f}x" if run.get("best_speedup") else "-"
     console.print(f"[bold]{run['id']}[/] {run['task']} on {run['device']} ({run['device_name']}): {run['status']}"
                   f"{' - ' + run['stop_reason'] if run.get('stop_reason') else ''}; {len(attempts)} attempts, best {best}")
@@ -74,7 +75,7 @@ def print_run(run: dict, attempts: list[dict], history: list[dict], ideas: list[
         reason = f"{a['reasons'][0]['code']}: {a['reasons'][0]['detail'][:60]}" if a["reasons"] else ""
         table.add_row(str(a["seq"]), a["candidate_path"].rsplit("/", 1)[-1], str(a["config"]), a["verdict"],
                       _fmt(a["speedup"], ".3f"), "yes" if a["kept"] else "", reason, _fmt(a["judge_wall_s"], ".1f"))
-    console.print(table)
+    show(console, table)
     if history:
         steps = " -> ".join(f"#{next((a['seq'] for a in attempts if a['id'] == h['attempt_id']), '?')}" for h in history)
         console.print(f"best history: {steps}")
@@ -89,7 +90,7 @@ def print_run(run: dict, attempts: list[dict], history: list[dict], ideas: list[
                           _fmt(r["median_us"], ".2f"), _fmt(r["floor_us"], ".2f"),
                           _fmt(r["roofline_fraction"] and 100 * r["roofline_fraction"], ".1f") + "%",
                           escape(labelled(r["class"], r["counters"])))
-        console.print(table)
+        show(console, table)
     profiled = [a for a in attempts if (a.get("extra") or {}).get("counters")]
     if profiled:
         console.print(escape(f"hardware counters by attempt (ncu, one profiled call each, not the judge's; "

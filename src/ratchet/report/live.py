@@ -12,12 +12,13 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from ratchet.report.terminal import make_console, readable
 from ratchet.run.loop import LoopEvent
 
 
 class RunDisplay:
     def __init__(self, run_id: str, task: str, budget: int | None, console: Console | None = None):
-        self.console = console or Console(stderr=False)
+        self.console = console or make_console()
         self.run_id, self.task, self.budget = run_id, task, budget
         self.recent: deque[LoopEvent] = deque(maxlen=8)
         self.failures: Counter = Counter()
@@ -63,4 +64,4 @@ class RunDisplay:
                           e.verdict + (f" ({e.reasons[0]})" if e.reasons else ""),
                           f"{e.speedup:.3f}x" if e.speedup else "-", "yes" if e.kept else "")
         fails = ", ".join(f"{code} {n}" for code, n in self.failures.most_common()) or "none"
-        return Group(head, table, f"failures by reason: {fails}")
+        return Group(head, readable(table), f"failures by reason: {fails}")

@@ -33,7 +33,9 @@ class RunRequest:
 def start_or_resume(ledger: Ledger, request: RunRequest, console: Console | None = None) -> int:
     from ratchet.report.live import RunDisplay
 
-    console = console or Console()
+    from ratchet.report.terminal import make_console
+
+    console = console or make_console()
     if request.resume:
         run = ledger.get_run(request.resume)
         if run["status"] == "done":

@@ -12,8 +12,8 @@ writes can be judged faster. A one-element fill gives the protocol's own floor (
 Sizes come from a task's cost model (every public GPU shape, or those that match ``--where``) or from
 ``--mb``:
 
-    python benchmarks/read_floor.py --task decode_attention --where B=1 Hq=32 --out out/read_floor.md
-    python benchmarks/read_floor.py --mb 16.8 134.2
+    python -m benchmarks.probes.read_floor --task decode_attention --where B=1 Hq=32 --out out/read_floor.md
+    python -m benchmarks.probes.read_floor --mb 16.8 134.2
 
 On the H200 (2026-12-01, the first command above; docs/results/2026-12-01-read-floor.md): the B = 1 caches of
 decode attention at L = 4096 / 32768 / 131072 (16.8 / 134.2 / 536.9 MB) read in 8.29 / 33.38 / 119.02 µs at
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from flush_cost import emit_table, timed_median_us
-from subset import parse_where, subset_task
+from benchmarks.probes.flush_cost import emit_table, timed_median_us
+from benchmarks.common import command_line, parse_where, record_results, subset_task
 
 from ratchet.cuda_build import load_cached
 from ratchet.judge.timing import L2Flusher
@@ -186,7 +186,8 @@ def megabyte_sizes(mbs: list[float]) -> list[Size]:
     return [Size(f"{mb:g} MB", int(mb * 1e6)) for mb in mbs]
 
 
-def measure(sizes: list[Size], reps: int) -> list[str]:
+def measure(sizes: list[Size], reps: int, rows: list[dict] | None = None) -> list[str]:
+    """The table's lines; each size's figures are appended to ``rows`` too when given."""
     module = load_cached("ratchet_read_floor", CUDA_SRC, CPP_SRC, ["bulk", "vector"], no_implicit_headers=True)
     flush = L2Flusher(torch.device("cuda"))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -227,6 +228,10 @@ def measure(sizes: list[Size], reps: int) -> list[str]:
         lines.append(f"| {size.label} | {mb:.1f} | {us:.2f} | {mb / us:.2f} | {mb / (us - fill_us):.2f} | "
                      f"{best.label()} | {every} |")
         print(lines[-1], flush=True)
+        if rows is not None:
+            rows.append({"size": size.label, "mb": mb, "best_read_us": us, "achieved_tbps": mb / us,
+                         "tbps_past_fill": mb / (us - fill_us), "fill_us": fill_us, "best_way": best.label(),
+                         "reps": reps})
         del buffer
     return lines
 
@@ -254,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("read_floor: needs a CUDA device", file=sys.stderr)
         return 2
-    emit_table(measure(sizes, args.reps), args.out)
+    rows: list[dict] = []
+    emit_table(measure(sizes, args.reps, rows), args.out)
+    record_results("read_floor", rows, device="cuda", command=command_line("benchmarks.probes.read_floor", argv))
     return 0
 
 
