@@ -67,7 +67,7 @@ def test_open_settings(led):
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000
-    assert led.schema_version == len(ledger_mod.MIGRATIONS) == 2
+    assert led.schema_version == len(ledger_mod.MIGRATIONS) == 3
 
 
 def test_create_get_list(led):
@@ -407,7 +407,7 @@ def test_v1_ledger_gains_ideas_and_keeps_attempts(tmp_path, monkeypatch):
         led._conn.commit()
     monkeypatch.undo()
     with Ledger(path) as led:
-        assert led.schema_version == 2
+        assert led.schema_version == len(ledger_mod.MIGRATIONS)
         (att,) = led.attempts(run)
         assert att["speedup"] == 1.25 and att["idea_id"] is None and att["tokens_in"] is None
         assert led.ideas() == []

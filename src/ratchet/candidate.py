@@ -83,6 +83,8 @@ def load_candidate(path: str | Path) -> Candidate:
     that the imported module defines ``kernel`` with the right parameters.
     """
     path = Path(path)
+    if path.is_dir():
+        raise CandidateError(f"{path} is a directory; give a candidate file (.py) inside it")
     if not path.is_file():
         raise CandidateError(f"candidate file not found: {path}")
     source = path.read_text()

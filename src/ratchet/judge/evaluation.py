@@ -13,7 +13,7 @@ import random
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -59,6 +59,23 @@ class JudgeOptions:
     # checks after the candidate's first call (which compiles, unlocked) and exclusively for each shape's
     # timing, so checks and compiles of several candidates overlap and nothing runs beside a timing.
     device_lock: Any = None
+    # Called in this process (never the candidate's) with a JudgeProgress at each phase and shape, between
+    # timed regions: what a display shows while an attempt is judged. Its exceptions are ignored.
+    progress: Callable[["JudgeProgress"], None] | None = None
+
+
+@dataclass(frozen=True)
+class JudgeProgress:
+    """Where an evaluation is: phase "import" (workers start, the candidate is imported), "correctness"
+    or "timing"; ``detail`` names the shape; ``step`` of ``steps`` counts the phase's shapes."""
+
+    candidate: str
+    config: dict
+    phase: str
+    detail: str
+    step: int
+    steps: int
+    elapsed_s: float
 
 
 class Abort(Exception):
@@ -76,7 +93,8 @@ class Evaluation:
         self.torch_device = f"cuda:{options.gpu_index}" if options.gpu_index is not None else self.device
         self.policy = options.policy or (GPU_POLICY if self.device == "cuda" else CPU_POLICY)
         self.rng = random.Random(secrets.randbits(64))  # secret: never leaves this process
-        self.deadline = time.perf_counter() + options.limits.total_s
+        self.started = time.perf_counter()
+        self.deadline = self.started + options.limits.total_s
         self.cand: WorkerProcess | None = None
         self.ref: WorkerProcess | None = None
         self.first_call = True
@@ -102,6 +120,7 @@ class Evaluation:
                 raise Abort([Reason("harness_tampered", f"the candidate's source uses {', '.join(suspect)}, "
                                                         "which only code reaching into the judge needs")])
             mark = time.perf_counter()
+            self._report("import", "starting the workers, importing the candidate", 0, 0)
             self._start_workers()
             verdict.phases_s["start"] = round(time.perf_counter() - mark, 3)
             mark = time.perf_counter()
@@ -131,6 +150,15 @@ class Evaluation:
                                 # microseconds: a CPU candidate's first launch can be well under 1 ms
                                 **{part: round(s, 6) for part, s in self.correctness_parts.items()}}
         return verdict
+
+    def _report(self, phase: str, detail: str, step: int, steps: int) -> None:
+        if self.opts.progress is None:
+            return
+        try:
+            self.opts.progress(JudgeProgress(self.candidate.path, self.config, phase, detail, step, steps,
+                                             round(time.perf_counter() - self.started, 3)))
+        except Exception:  # a display's fault must not change a verdict
+            pass
 
     def _start_workers(self):
         limits = self.opts.limits
@@ -173,8 +201,13 @@ class Evaluation:
 
     def _correctness(self) -> list[ShapeResult]:
         rows = []
-        for dtype in self.task.dtypes:
-            for shape, held_out in self.shapes():
+        for d, dtype in enumerate(self.task.dtypes):
+            shapes = self.shapes()
+            for i, (shape, held_out) in enumerate(shapes):
+                first = " (first call: compile)" if self.first_call else ""
+                self._report("correctness", f"{'held-out ' if held_out else ''}shape {shape} "
+                             f"{str(dtype).removeprefix('torch.')}{first}", d * len(shapes) + i + 1,
+                             len(self.task.dtypes) * len(shapes))
                 self._check_shape(shape, dtype, held_out)
                 rows.append(ShapeResult(shape=shape, dtype=str(dtype).removeprefix("torch."), held_out=held_out,
                                         weight=self.task.shape_weight(shape)))
@@ -335,7 +368,8 @@ class Evaluation:
         verdict.ceilings = {"copy_tbps": ceilings.copy_tbps, "matmul_tflops": ceilings.matmul_tflops}
         if self.device == "cpu":
             verdict.notes.append("CPU times (one thread per worker) say nothing about GPU speed")
-        for row in rows:
+        for i, row in enumerate(rows):
+            self._report("timing", f"shape {row.shape} {row.dtype}", i + 1, len(rows))
             dtype = getattr(torch, row.dtype)
             with self._gpu("exclusive"):
                 eager = self._time_mode(row.shape, dtype, "eager")

@@ -108,6 +108,10 @@ MIGRATIONS: list[str] = [
     ALTER TABLE attempts ADD COLUMN tokens_out INTEGER;
     ALTER TABLE attempts ADD COLUMN cost_usd REAL;
     """,
+    # v3: why the keep rule kept or discarded each attempt (a faster attempt that is not kept says why).
+    """
+    ALTER TABLE attempts ADD COLUMN keep_reason TEXT;
+    """,
 ]
 
 # Verdict fields stored in columns of their own; the rest of the verdict JSON goes to extra_json.
@@ -449,6 +453,12 @@ class Ledger:
             extra[key] = value
             conn.execute("UPDATE attempts SET extra_json = ? WHERE id = ?", (_dumps(extra), attempt_id))
             return True
+
+    def set_keep_reason(self, attempt_id: int, reason: str) -> None:
+        """Store the keep rule's reason with a recorded attempt (``ratchet show`` and ``--json`` show it)."""
+        with self._write() as conn:
+            if conn.execute("UPDATE attempts SET keep_reason = ? WHERE id = ?", (reason, attempt_id)).rowcount == 0:
+                raise LedgerError(f"unknown attempt {attempt_id}")
 
     # -- the best so far -----------------------------------------------------------------------------
 

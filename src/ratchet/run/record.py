@@ -29,6 +29,7 @@ def record_and_keep(ledger: Ledger, run_id: str, candidate: Candidate, config: M
                                        idea_id=idea_id, **attempt_fields)
     best_verdict = None if best is None else {"verdict": best["verdict"], "shapes": best["shapes"]}
     decision = decide(verdict, best_verdict, candidate.source, best["source"] if best else "")
+    ledger.set_keep_reason(attempt_id, decision.reason)
     if decision.keep:
         ledger.set_best(run_id, attempt_id)
     return attempt_id, decision
