@@ -121,10 +121,7 @@ def test_a_broken_display_does_not_change_the_verdict():
 def test_a_folder_given_as_the_candidate_says_it_is_a_folder(tmp_path):
     proc = ratchet("eval", "rmsnorm", str(SEEDS), "--device", "cpu", ledger=tmp_path / "l.sqlite")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == [
-        f"ratchet: error: {SEEDS} is a directory; give a candidate file (.py) inside it"] or (
-        f"{SEEDS} is a directory; give a candidate file (.py) inside it" in proc.stderr
-        and proc.stderr.count("\n") == 1)
+    assert proc.stderr == f"ratchet: error: {SEEDS} is a directory; give a candidate file (.py) inside it\n"
 
 
 def test_a_kernel_exception_names_the_file_and_line_of_the_users_kernel():
@@ -137,7 +134,7 @@ def test_a_kernel_exception_names_the_file_and_line_of_the_users_kernel():
 @pytest.mark.slow
 def test_a_piped_run_shows_each_attempts_phases_and_ends_with_a_summary(tmp_path):
     ledger = tmp_path / "ledger.sqlite"
-    proc = ratchet("run", TASK, "--seed", TUNABLE, "--seed", str(RAISES), "--device", "cpu", "--budget", "3",
+    proc = ratchet("run", TASK, "--seed", TUNABLE, "--seed", str(RAISES), "--device", "cpu", "--budget", "2",
                    ledger=ledger)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
