@@ -38,6 +38,9 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.e2e_stack ...")
+
 from benchmarks.common import command_line, module_env, record_results
 
 GOAL = 1.3  # the e2e goal: the stack's decode tokens/s at least 1.3x torch.compile + CUDA graphs

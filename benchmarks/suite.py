@@ -42,6 +42,9 @@ import tempfile
 import time
 from pathlib import Path
 
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.suite ...")
+
 import torch
 
 from ratchet.candidate import CandidateError, load_candidate

@@ -29,6 +29,9 @@ import sys
 import time
 from pathlib import Path
 
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.probes.busy_ceiling ...")
+
 from benchmarks.common import command_line, record_results
 
 

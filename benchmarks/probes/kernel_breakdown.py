@@ -24,6 +24,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.probes.kernel_breakdown ...")
+
 import torch
 from benchmarks.common import command_line, parse_where, record_results, subset_task
 

@@ -29,6 +29,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.probes.read_floor ...")
+
 import torch
 from benchmarks.probes.flush_cost import emit_table, timed_median_us
 from benchmarks.common import command_line, parse_where, record_results, subset_task

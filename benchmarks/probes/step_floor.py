@@ -29,6 +29,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.probes.step_floor ...")
+
 import torch
 from torch import nn
 
