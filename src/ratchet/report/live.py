@@ -97,7 +97,7 @@ class RunDisplay:
                           e.verdict + (f" ({e.reasons[0]})" if e.reasons else ""),
                           f"{e.speedup:.3f}x" if e.speedup else "-", "yes" if e.kept else "")
         fails = ", ".join(f"{code} {n}" for code, n in self.failures.most_common()) or "none"
-        judging = [f"judging {self._where(p)}" for p in self.judging.values()]
+        judging = [escape(f"judging {self._where(p)}") for p in self.judging.values()]
         return Group(head, readable(table), f"failures by reason: {fails}", *judging)
 
 
