@@ -1,8 +1,8 @@
-"""Issue 7 end to end, in one command: run -> gate -> stack, decode tokens/s of Ratchet's stack against
+"""The e2e goal end to end, in one command: run -> gate -> stack, decode tokens/s of Ratchet's stack against
 torch.compile with CUDA graphs, per workload x context x batch.
 
-    python benchmarks/e2e_stack.py --run-task decode_attention --budget 6 --contexts 8192 32768 --out out/e2e
-    python benchmarks/e2e_stack.py --runs r1234abcd --ledger out/e2e/ledger.sqlite --no-gate --contexts 32768 ...
+    python -m benchmarks.e2e_stack --run-task decode_attention --budget 6 --contexts 8192 32768 --out out/e2e
+    python -m benchmarks.e2e_stack --runs r1234abcd --ledger out/e2e/ledger.sqlite --no-gate --contexts 32768 ...
 
 Steps, each in its own child process (``_step`` below) under a time limit:
 1. ``--run-task T --budget N``: ``ratchet run`` (the tuner over T's seeds) into ``--ledger`` (default
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -39,7 +38,12 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-GOAL = 1.3  # issue 7: the stack's decode tokens/s at least 1.3x torch.compile + CUDA graphs
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.e2e_stack ...")
+
+from benchmarks.common import command_line, module_env, record_results
+
+GOAL = 1.3  # the e2e goal: the stack's decode tokens/s at least 1.3x torch.compile + CUDA graphs
 GRACE_S = 15.0  # after SIGINT, how long a child may take to stop cleanly (the loop closes its workers)
 # When a run's time budget ends, the evaluations in flight (up to 3 per GPU) still finish: on the H200
 # (2026-11-30) a run of --run-seconds 120 was killed at its 165 s limit with decode_attention
@@ -50,7 +54,7 @@ DRAIN_S = 90.0
 # -- the child side: one step, its outcome as JSON -----------------------------------------------------
 
 def _step_run(spec: dict) -> dict:
-    from rich.console import Console
+    from ratchet.report.terminal import make_console
 
     from ratchet.run.ledger import Ledger
     from ratchet.run.run_command import RunRequest, start_or_resume
@@ -59,7 +63,7 @@ def _step_run(spec: dict) -> dict:
         before = {r["id"] for r in ledger.list_runs()}
         request = RunRequest(task=spec["task"], seeds=tuple(spec.get("seeds") or ()), budget=spec["budget"],
                              seconds=spec["seconds"], device=spec["device"])
-        code = start_or_resume(ledger, request, Console(stderr=True))
+        code = start_or_resume(ledger, request, make_console(stderr=True))
         new = [r for r in ledger.list_runs() if r["id"] not in before]
         return {"status": "ok" if code == 0 else "stopped", **_run_info(ledger, new[-1]["id"])} if new else {
             "status": "error", "detail": "no run was created"}
@@ -112,7 +116,7 @@ def _floor_us(spec: dict) -> float | None:
     """The step's byte floor (step_floor.py) at the device's measured copy rate: what no stack can beat.
     A column of the table, not a result: when it cannot be had, the row says so and goes on."""
     try:
-        from step_floor import step_floor
+        from benchmarks.probes.step_floor import step_floor
 
         from ratchet.hardware.ceilings import get_ceilings
 
@@ -157,6 +161,15 @@ def _write_json(path: Path, data) -> None:
     tmp.replace(path)  # a reader (or a kill) sees the old file or the new one, never half of one
 
 
+def result_row(row: dict) -> dict:
+    """A table row as the results file keeps it: the figures, flat, units in the names."""
+    tps = row.get("tokens_per_s") or {}
+    return {"workload": row["workload"], "context": row["context"], "batch": row["batch"], "status": row["status"],
+            "runs": row["runs"], "tokens_per_s_eager": tps.get("eager"), "tokens_per_s_reference": tps.get("reference"),
+            "tokens_per_s_stack": tps.get("stack"), "ratio": row.get("ratio"), "meets_goal": row.get("meets_goal"),
+            "reference_step_us": row.get("reference_us"), "detail": row.get("detail")}
+
+
 def row_summary(stack: dict, goal: float = GOAL) -> dict:
     """The numbers a row of the table shows, from a StackResult's JSON: tokens/s of eager, the reference
     (compile + graphs, no kernels) and the top of the stack; their ratio; the waterfall."""
@@ -192,7 +205,7 @@ class Session:
         self.data = {"meta": {
             "device": args.device, "device_name": device_name(args.device), "size": args.size,
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
-            "triton": triton_version, "command": shlex.join(["python", "benchmarks/e2e_stack.py", *argv]),
+            "triton": triton_version, "command": command_line("benchmarks.e2e_stack", argv),
             "goal": args.goal, "ledger": self.ledger, "time_budget_s": args.time_budget,
             "step_timeout_s": args.step_timeout, "compile": not args.no_compile, "compile_mode": args.compile_mode},
             "runs": [], "gates": [], "rows": [], "wall_s": 0.0, "finished": False}
@@ -211,8 +224,9 @@ class Session:
         print(f"[{t0 - self.started:6.0f} s] {name} (limit {limit:.0f} s) ...", file=sys.stderr, flush=True)
         with open(log, "w") as fh:
             # Own session: the whole group (its compile workers too) can be stopped at once.
-            self.child = subprocess.Popen([sys.executable, __file__, "_step", str(spec_path)], stdout=fh,
-                                          stderr=subprocess.STDOUT, start_new_session=True)
+            self.child = subprocess.Popen([sys.executable, "-m", "benchmarks.e2e_stack", "_step", str(spec_path)],
+                                          stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                          env=module_env())
             try:
                 rc = self.child.wait(timeout=max(limit, 0.1))
                 timed_out = False
@@ -499,6 +513,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         session.save()
+    record_results("e2e_stack", [result_row(r) for r in session.data["rows"]], device=session.args.device,
+                   command=session.data["meta"]["command"])
     print((session.out / "e2e_stack.md").read_text())
     return 0
 

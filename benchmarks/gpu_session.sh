@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One lease on the H200: the GPU measurements the open issues need, in order of value. Logs and tables
+# One GPU machine's measurements, in order of value. Logs and tables
 # go to $OUT. Each stage has its own time limit (seconds, env NAME_S); STAGES picks which run, in order.
 #   STAGES="tests eval_rmsnorm search loop" bash benchmarks/gpu_session.sh
 # A device command may run 10 minutes and a session has 30: split the stages over calls, e.g.
@@ -11,6 +11,8 @@ export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src PYTHONUNBUFFERED=1
 # the kernels, so ncu stays off unless asked (NCU=on); tests/test_ncu.py checks ncu itself.
 [ "${NCU:-off}" = on ] || export RATCHET_NCU=off
 OUT=${OUT:-out}; mkdir -p "$OUT"
+# Every benchmark appends its rows to one results file (benchmarks/common.py); here it goes with the logs.
+export RATCHET_BENCH_RESULTS=${RATCHET_BENCH_RESULTS:-$OUT/benchmarks.jsonl}
 STAGES=${STAGES:-"tests eval_rmsnorm search loop"}
 DECODE=benchmarks/tasks/rmsnorm_decode.py  # microsecond rmsnorm shapes, bf16: ~half a minute per evaluation
 ROWWISE=src/ratchet/tasks/rmsnorm/seeds/triton_rowwise.py
@@ -30,16 +32,16 @@ run_gpu_tests() {
     echo "== $f: exit $?"
   done
 }
-# Issue 4 on landscapes (every config timed in one process, benchmarks/landscape.py): first the
+# The search-efficiency goal on landscapes (every config timed in one process, benchmarks/probes/landscape.py): first the
 # rmsnorm_decode SPACE, to compare with the full-judge table of 2026-11-30 (call2/search_table.json), then
 # the largest Triton SPACEs, split-row top-p last (its GPU test stalled on 2026-11-30).
 run_landscapes() {
   local deadline=$(( $(date +%s) + ${LANDSCAPES_S:-540} )) seeds
   seeds=${LANDSCAPE_SEEDS:-"src/ratchet/tasks/softmax/seeds/triton_online.py
     src/ratchet/tasks/top_p_sampling/seeds/triton_pivot.py src/ratchet/tasks/top_p_sampling/seeds/triton_split_row.py"}
-  timeout $(( deadline - $(date +%s) )) python benchmarks/search_efficiency.py --task "$DECODE" --seed-files "$ROWWISE" \
+  timeout $(( deadline - $(date +%s) )) python -m benchmarks.probes.search_efficiency --task "$DECODE" --seed-files "$ROWWISE" \
     --out "$OUT/search_decode" > "$OUT/landscapes.log" 2>&1
-  timeout $(( deadline - $(date +%s) )) python benchmarks/search_efficiency.py --shapes 4 --seed-files $seeds \
+  timeout $(( deadline - $(date +%s) )) python -m benchmarks.probes.search_efficiency --shapes 4 --seed-files $seeds \
     --out "$OUT/search" >> "$OUT/landscapes.log" 2>&1
 }
 run_goals() {
@@ -48,15 +50,15 @@ run_goals() {
   goal() {  # name, then eval_seeds arguments
     local name=$1 left; shift
     left=$(( deadline - $(date +%s) )); [ "$left" -lt 30 ] && { echo "== goals: no time left for $name"; return; }
-    timeout "$left" python benchmarks/eval_seeds.py --first-dtype --repeats 1 --out "$OUT/goals/$name" "$@" \
+    timeout "$left" python -m benchmarks.probes.eval_seeds --first-dtype --repeats 1 --out "$OUT/goals/$name" "$@" \
       > "$OUT/goals/$name.log" 2>&1
   }
   goal decode_attention --tasks decode_attention --seeds split_k --where B=1 Hq=32 Hkv=8
-  # top-p at the best config of session 9's landscape at B=64 (136 us there; the default 151)
+  # top-p at the best config of 2026-11-30's (cache hints) landscape at B=64 (136 us there; the default 151)
   goal top_p --tasks top_p_sampling --seeds split_row --where B=64 --config '{"BLOCK":256,"PROGRAMS":2048,"num_warps":4}'
-  goal top_p_pivots --tasks top_p_sampling --seeds sampled_pivots --where B=64  # 242.6 us judged in session 11
+  goal top_p_pivots --tasks top_p_sampling --seeds sampled_pivots --where B=64  # 242.6 us judged on 2026-11-30
   goal moe_route --tasks moe_route --seeds fused --where T=64
-  timeout $(( deadline - $(date +%s) )) python benchmarks/suite.py --tasks softmax --shapes 3 --peers best \
+  timeout $(( deadline - $(date +%s) )) python -m benchmarks.suite --tasks softmax --shapes 3 --peers best \
     --best softmax=$S/softmax/seeds/triton_online.py --graph-below 100 --out "$OUT/goals/softmax" \
     > "$OUT/goals/softmax.log" 2>&1
   rm -f "$OUT/goals/softmax/suite.csv"
@@ -68,55 +70,56 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --fo
 for stage in $STAGES; do
   t0=$(date +%s)
   case $stage in
-    smoke) timeout "${SMOKE_S:-150}" python benchmarks/judge_smoke_gpu.py --out "$OUT" > "$OUT/smoke.log" 2>&1 ;;
+    smoke) timeout "${SMOKE_S:-150}" python -m benchmarks.probes.judge_smoke_gpu --out "$OUT" > "$OUT/smoke.log" 2>&1 ;;
     tests) run_gpu_tests ;;
     eval_rmsnorm) timeout "${EVAL_S:-240}" python -m ratchet.cli eval rmsnorm "$ROWWISE" --json \
              > "$OUT/eval_rmsnorm.json" 2> "$OUT/eval_rmsnorm.err" ;;
-    phases) timeout "${PHASES_S:-90}" python benchmarks/judge_phase_costs.py --task rmsnorm --shapes 4 \
+    phases) timeout "${PHASES_S:-90}" python -m benchmarks.probes.judge_phase_costs --task rmsnorm --shapes 4 \
              --seed-file "$ROWWISE" --out "$OUT" > "$OUT/phases.log" 2>&1 ;;
-    seeds) timeout "${SEEDS_S:-600}" python benchmarks/eval_seeds.py --tasks top_p_sampling rmsnorm --seeds triton \
+    seeds) timeout "${SEEDS_S:-600}" python -m benchmarks.probes.eval_seeds --tasks top_p_sampling rmsnorm --seeds triton \
              --repeats "${SEEDS_REPEATS:-2}" --out "$OUT" > "$OUT/eval_seeds.log" 2>&1 ;;
-    seeds_all) timeout "${SEEDS_ALL_S:-400}" python benchmarks/eval_seeds.py --repeats 1 --seeds triton cuda \
+    seeds_all) timeout "${SEEDS_ALL_S:-400}" python -m benchmarks.probes.eval_seeds --repeats 1 --seeds triton cuda \
              --first-dtype --shapes "${SEEDS_SHAPES:-4}" --tasks add_rmsnorm silu_mul softmax rope moe_route \
              decode_attention --out "$OUT/all" > "$OUT/eval_seeds_all.log" 2>&1 ;;
-    search) timeout "${SEARCH_S:-420}" python benchmarks/search_efficiency.py --task "$DECODE" --seed-file "$ROWWISE" \
+    search) timeout "${SEARCH_S:-420}" python -m benchmarks.probes.search_efficiency --task "$DECODE" --seed-file "$ROWWISE" \
              --out "$OUT" > "$OUT/search.log" 2>&1 ;;
     landscapes) run_landscapes ;;
-    loop) timeout "${LOOP_S:-240}" python benchmarks/loop_throughput.py --task "$DECODE" --budget "${LOOP_BUDGET:-8}" \
+    loop) timeout "${LOOP_S:-240}" python -m benchmarks.probes.loop_throughput --task "$DECODE" --budget "${LOOP_BUDGET:-8}" \
              --out "$OUT" > "$OUT/loop.log" 2>&1 ;;
     # Runs for the suite's best column, into $OUT/ledger.sqlite (RUN_LEDGER: a ledger carried in from an
     # earlier session, copied there first so the runs accumulate; pass it on with the suite's --ledger).
     runs) [ -n "${RUN_LEDGER:-}" ] && cp "$RUN_LEDGER" "$OUT/ledger.sqlite"
-          timeout "${RUNS_S:-540}" python benchmarks/suite_runs.py --tasks ${RUN_TASKS:-rmsnorm add_rmsnorm silu_mul} \
+          timeout "${RUNS_S:-540}" python -m benchmarks.suite_runs --tasks ${RUN_TASKS:-rmsnorm add_rmsnorm silu_mul} \
              --shapes 4 --time-per-task "${RUN_TIME:-90}" --ledger "$OUT/ledger.sqlite" --out "$OUT/runs" \
              > "$OUT/runs.log" 2>&1 ;;
-    guard) timeout "${GUARD_S:-150}" python benchmarks/guard_cost.py --task rmsnorm --repeats 2 --shapes 4 \
+    guard) timeout "${GUARD_S:-150}" python -m benchmarks.probes.guard_cost --task rmsnorm --repeats 2 --shapes 4 \
              --seed-file "$ROWWISE" --out "$OUT" > "$OUT/guard.log" 2>&1 ;;
-    suite) timeout "${SUITE_S:-540}" python benchmarks/suite.py ${SUITE_ARGS:-} --out "$OUT/suite" \
+    suite) timeout "${SUITE_S:-540}" python -m benchmarks.suite ${SUITE_ARGS:-} --out "$OUT/suite" \
              > "$OUT/suite.log" 2>&1 ;;
-    # Issue 5's copy-ceiling goal: each norm's and silu_mul's largest shapes beside torch.compile and Liger.
-    largest) timeout "${LARGEST_S:-540}" python benchmarks/suite.py --tasks rmsnorm add_rmsnorm silu_mul \
+    # The copy-ceiling goal of the norms: each norm's and silu_mul's largest shapes beside torch.compile and Liger.
+    largest) timeout "${LARGEST_S:-540}" python -m benchmarks.suite --tasks rmsnorm add_rmsnorm silu_mul \
              --largest "${LARGEST_N:-2}" --peers torch_compile liger --time-budget $(( ${LARGEST_S:-540} - 40 )) \
              --out "$OUT/largest" ${LARGEST_ARGS:-} > "$OUT/largest.log" 2>&1 ;;
-    # Issue 5's goal rows that are not largest shapes, each seed that carries the row's idea: split-K at
+    # The kernel goals' rows that are not largest shapes, each seed that carries the row's idea: split-K at
     # B=1 (8 and 35 us), the online softmax under a graph (20), split-row top-p at B=64 (45; at the best
     # config of its landscape), the fused moe_route at T=64 (15). One table each under $OUT/goals/.
     goals) run_goals ;;
-    # The busy share the timing protocol allows at best (issue 4's 70%), at a 3 us and a 10 us rmsnorm.
+    # The busy share the timing protocol allows at best (the loop's busy-share goal: 70%), at a 3 and a 10 us
+    # rmsnorm.
     ceiling) for w in "T=1 H=4096" "T=256 H=8192"; do
-               timeout "${CEILING_S:-90}" python benchmarks/busy_ceiling.py --task "$DECODE" --seed-file "$ROWWISE" \
+               timeout "${CEILING_S:-90}" python -m benchmarks.probes.busy_ceiling --task "$DECODE" --seed-file "$ROWWISE" \
                  --where $w --out "$OUT/ceiling/${w//[ =]/_}" >> "$OUT/ceiling.log" 2>&1
              done ;;
     # The fastest bare read of decode attention's B = 1 caches under the judge's protocol: no kernel that must
-    # read them can be judged faster (issue 5's 8 us at L = 4096 is below it).
-    floor) timeout "${FLOOR_S:-150}" python benchmarks/read_floor.py --task decode_attention --where B=1 Hq=32 \
+    # read them can be judged faster (the decode-attention goal of 8 us at L = 4096 is below it).
+    floor) timeout "${FLOOR_S:-150}" python -m benchmarks.probes.read_floor --task decode_attention --where B=1 Hq=32 \
              --out "$OUT/read_floor.md" > "$OUT/read_floor.log" 2>&1 ;;
-    e2e) timeout "${E2E_S:-560}" python benchmarks/e2e_stack.py --run-task decode_attention --budget "${E2E_BUDGET:-6}" \
+    e2e) timeout "${E2E_S:-560}" python -m benchmarks.e2e_stack --run-task decode_attention --budget "${E2E_BUDGET:-6}" \
              --workloads llama deepseek --contexts 8192 32768 --out "$OUT/e2e" ${E2E_ARGS:-} > "$OUT/e2e.log" 2>&1 ;;
     # Gates and stack rows for runs already in a ledger (E2E_LEDGER, carried in the tree; E2E_RUNS): the
     # ledger is copied into $OUT without its gate files, so the gates run again on the current workloads.
     e2e_given) mkdir -p "$OUT/e2e_in" && cp "${E2E_LEDGER:?set E2E_LEDGER}" "$OUT/e2e_in/ledger.sqlite"
-             timeout "${E2E_S:-560}" python benchmarks/e2e_stack.py --runs ${E2E_RUNS:?set E2E_RUNS} \
+             timeout "${E2E_S:-560}" python -m benchmarks.e2e_stack --runs ${E2E_RUNS:?set E2E_RUNS} \
                --ledger "$OUT/e2e_in/ledger.sqlite" --workloads llama deepseek --contexts 32768 8192 \
                --gate-contexts 1024 8192 32768 --out "$OUT/e2e" ${E2E_ARGS:-} > "$OUT/e2e.log" 2>&1 ;;
     *) echo "unknown stage $stage" ;;

@@ -22,9 +22,9 @@ replay too, and that mode is quoted: the row's mode says which. A full evaluatio
 H200 (the correctness phase dominates), so each task runs at its first dtype unless --dtype says
 otherwise.
 
-  python benchmarks/suite.py --out out/suite
-  python benchmarks/suite.py --device cpu --tasks rmsnorm softmax --shapes 2 --peers torch_compile --out /tmp/x
-  python benchmarks/suite.py --tasks rmsnorm --best rmsnorm=kernel.py --budget-note rmsnorm="tune, 40 attempts"
+  python -m benchmarks.suite --out out/suite
+  python -m benchmarks.suite --device cpu --tasks rmsnorm softmax --shapes 2 --peers torch_compile --out /tmp/x
+  python -m benchmarks.suite --tasks rmsnorm --best rmsnorm=kernel.py --budget-note rmsnorm="tune, 40 attempts"
 """
 
 from __future__ import annotations
@@ -36,12 +36,14 @@ import importlib.util
 import inspect
 import json
 import re
-import shlex
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.suite ...")
 
 import torch
 
@@ -50,7 +52,8 @@ from ratchet.judge import JudgeOptions, Limits, evaluate
 from ratchet.judge.timing import GPU_POLICY
 from ratchet.task import ShapeRange, ShapeSet, TaskError, builtin_task_names, load_task
 
-import suite_table
+from benchmarks import suite_table
+from benchmarks.common import command_line, record_results
 
 PEERS = ("torch_compile", "liger", "best")
 PEERS_DIR = Path(__file__).parent / "peers"
@@ -103,7 +106,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "'auto': torch's default (static first, then one dynamic graph)")
     p.add_argument("--graph-below", type=float, metavar="US", default=GPU_POLICY.graph_below_us,
                    help="time shapes whose eager reference is under US microseconds under CUDA graphs too, and "
-                        f"quote that (default {GPU_POLICY.graph_below_us:g}, the judge's; issue 5's softmax goal at "
+                        f"quote that (default {GPU_POLICY.graph_below_us:g}, the judge's; the softmax goal at "
                         "64 rows is a CUDA-graph time of a ~52 us reference: 100 covers it)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cuda", "cpu"))
     p.add_argument("--out", default="out/suite", help="directory for suite.json, suite.csv and suite.md")
@@ -171,7 +174,8 @@ def run_suite(args, argv, out: Path, scratch: Path, clock: "Clock") -> list[dict
     for task in sorted(set(best) - judged):
         meta["notes"].append(f"--best {task}: no such task was judged")
     if results:
-        suite_table.write_all(out, meta, results)
+        rows = suite_table.write_all(out, meta, results)
+        record_results("suite", suite_table.flat_rows(rows), device=args.device, command=meta["commands"][0])
     print(f"suite done in {clock.elapsed():.0f} s", flush=True)
     return results
 
@@ -506,7 +510,7 @@ def metadata(args, argv, ceilings, best) -> dict:
         "driver": ceilings.driver,
         "versions": {"torch": torch.__version__, "triton": version("triton"), "liger-kernel": version("liger-kernel"),
                      "python": sys.version.split()[0]},
-        "commands": ["python benchmarks/suite.py " + shlex.join(argv)],
+        "commands": [command_line("benchmarks.suite", argv)],
         "ceilings": dataclasses.asdict(ceilings),
         "datasheet_tbps": sheet.memory_bandwidth_tbps if sheet else None,
         "compile": {"mode": args.compile_mode, "dynamic": args.compile_dynamic},

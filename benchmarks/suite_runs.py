@@ -2,9 +2,9 @@
 the task (the first N public shapes, the first dtype), with a wall-time budget per task, all in one
 ledger. Then the suite judges each run's best beside the peers:
 
-    python benchmarks/suite_runs.py --tasks rmsnorm silu_mul --shapes 4 --time-per-task 90 \
+    python -m benchmarks.suite_runs --tasks rmsnorm silu_mul --shapes 4 --time-per-task 90 \
         --ledger out/ledger.sqlite --out out/
-    python benchmarks/suite.py --tasks rmsnorm silu_mul --shapes 4 --ledger out/ledger.sqlite \
+    python -m benchmarks.suite --tasks rmsnorm silu_mul --shapes 4 --ledger out/ledger.sqlite \
         $(cat out/suite_best_args.txt)
 
 A device session is short, so the ledger is meant to travel: bring it back under $OUT, carry it into
@@ -20,7 +20,14 @@ import sys
 import time
 from pathlib import Path
 
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.suite_runs ...")
+
 from rich.console import Console
+
+from benchmarks.common import command_line, record_results
+from ratchet.report.terminal import make_console
+
 
 def write_subset_task(name: str, device: str, shapes: int | None, first_dtype: bool, folder: Path) -> Path:
     """A task file for `ratchet run`: the built-in task with fewer shapes and dtypes, same name and seeds
@@ -79,7 +86,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     (out / "tasks").mkdir(parents=True, exist_ok=True)
     Path(args.ledger).parent.mkdir(parents=True, exist_ok=True)
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     rows = []
     for name in args.tasks:
         row = {"task": name}
@@ -92,6 +99,7 @@ def main(argv=None) -> int:
             console.print(f"[red]{name}: {row['error']}[/red]")
         rows.append(row)
         write_outputs(rows, args, device, out)  # after every task: a time limit may cut the script
+    record_results("suite_runs", rows, device=device, command=command_line("benchmarks.suite_runs", argv))
     return 0 if any("run" in r for r in rows) else 1
 
 
@@ -99,7 +107,7 @@ def write_outputs(rows: list[dict], args, device: str, out: Path):
     (out / "runs.json").write_text(json.dumps({"device": device, "date": time.strftime("%Y-%m-%d %H:%M"),
                                                "argv": sys.argv[1:], "rows": rows}, indent=1))
     lines = [f"Runs for the suite's best column, {device}, {time.strftime('%Y-%m-%d')}: "
-             f"`python benchmarks/suite_runs.py {' '.join(sys.argv[1:])}`", "",
+             f"`python -m benchmarks.suite_runs {' '.join(sys.argv[1:])}`", "",
              "| task | run | attempts | wall s | best speedup | best |", "|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:

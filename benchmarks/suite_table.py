@@ -138,17 +138,20 @@ def shape_text(shape: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in shape.items())
 
 
+def flat_rows(rows: list[dict]) -> list[dict]:
+    """One flat record per task x shape x column (the CSV's rows, and the results file's), values as they are."""
+    return [{"task": row["task"], "shape": row["shape"], "dtype": row["dtype"], "column": column,
+             "floor_us": row["floor_us"], **{k: cell[k] for k in CSV_FIELDS if k in cell}}
+            for row in rows for column, cell in ((c, row["cells"][c]) for c in COLUMNS)]
+
+
 def write_csv(path: Path, rows: list[dict]):
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         writer.writeheader()
-        for row in rows:
-            for column in COLUMNS:
-                cell = row["cells"][column]
-                writer.writerow({"task": row["task"], "shape": shape_text(row["shape"]), "dtype": row["dtype"],
-                                 "column": column, "floor_us": _num(row["floor_us"]),
-                                 "shape_json": json.dumps(row["shape"]),
-                                 **{k: _num(cell.get(k)) for k in CSV_FIELDS if k in cell}})
+        for flat in flat_rows(rows):
+            writer.writerow({**{k: _num(v) for k, v in flat.items()}, "shape": shape_text(flat["shape"]),
+                             "shape_json": json.dumps(flat["shape"])})
 
 
 def _num(value):

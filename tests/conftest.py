@@ -36,6 +36,14 @@ def private_ratchet_cache():
     assert after == before, f"the test suite wrote the user's cache {USER_CACHE}: {sorted(set(after.items()) ^ set(before.items()))}"
 
 
+@pytest.fixture(autouse=True)
+def benchmark_results_file(tmp_path, monkeypatch):
+    """The benchmarks append to one results file; in a test it is the test's own (subprocesses inherit it)."""
+    path = tmp_path / "benchmark-results.jsonl"
+    monkeypatch.setenv("RATCHET_BENCH_RESULTS", str(path))
+    return path
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

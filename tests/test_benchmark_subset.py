@@ -1,15 +1,9 @@
-"""benchmarks/subset.py: the smaller tasks a device session times (which shapes, which dtypes)."""
-
-import sys
-from pathlib import Path
+"""benchmarks/common.py's task subsets: the smaller tasks a device session times (which shapes, which dtypes)."""
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
-
-from subset import describe_subset, parse_where, subset_task  # noqa: E402
-
-from ratchet.task import load_task  # noqa: E402
+from benchmarks.common import describe_subset, parse_where, subset_task
+from ratchet.task import load_task
 
 
 def test_where_keeps_only_the_public_shapes_with_those_sizes():

@@ -1,19 +1,16 @@
-"""benchmarks/busy_ceiling.py: its shape choice, its table, its refusals (one line, exit 2, on any machine),
+"""benchmarks/probes/busy_ceiling.py: its shape choice, its table, its refusals (one line, exit 2, on any machine),
 and on a GPU a ceiling whose rows keep the kernel a small share of the wall and the hold a large one."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+from benchmarks.probes.busy_ceiling import main, pick_shape, render, summary
+from one_line_refusal import assert_one_line_refusal
 
-from busy_ceiling import main, pick_shape, render, summary  # noqa: E402
-from one_line_refusal import assert_one_line_refusal  # noqa: E402
-
-from ratchet.task import load_task  # noqa: E402
+from ratchet.task import load_task
 
 ROOT = Path(__file__).parent.parent
 DECODE = str(ROOT / "benchmarks" / "tasks" / "rmsnorm_decode.py")

@@ -141,11 +141,13 @@ def test_a_fresh_process_reuses_the_build_despite_a_stale_torch_lock(cpu_seed):
     _, so, mtime = cpu_seed
     # A worker killed mid-build leaves torch's lock file behind; torch alone would wait on it forever.
     (so.parent / "lock").touch()
-    script = ("import sys, time, torch; sys.path.insert(0, sys.argv[1]); from seed_files import import_seed; "
+    script = ("import time, torch; from seed_files import import_seed; "
               "m = import_seed('rmsnorm', 'cpu_cpp'); t = time.perf_counter(); "
               "out = m.kernel(torch.ones(2, 8), torch.ones(8), 1e-6); print(time.perf_counter() - t)")
-    proc = subprocess.run([sys.executable, "-c", script, str(Path(__file__).parent)], capture_output=True,
-                          text=True, timeout=120, env=dict(os.environ))
+    # tests/ (for seed_files) joins the child's import path through the environment, as pytest's does here.
+    path = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": path})
     assert proc.returncode == 0, proc.stderr
     assert float(proc.stdout.split()[-1]) < 5.0  # loaded: a build takes 10 s or more here
     assert so.stat().st_mtime_ns == mtime

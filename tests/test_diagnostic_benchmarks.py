@@ -1,17 +1,14 @@
-"""benchmarks/kernel_breakdown.py and flush_cost.py: the per-kernel table and their refusals without a GPU
+"""benchmarks/probes/kernel_breakdown.py and flush_cost.py: the per-kernel table and their refusals without a GPU
 (what they measure needs one)."""
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
-
-import flush_cost  # noqa: E402
-from kernel_breakdown import KernelRow, kernel_rows, main  # noqa: E402
-from one_line_refusal import assert_one_line_refusal  # noqa: E402
+from benchmarks.probes import flush_cost
+from benchmarks.probes.kernel_breakdown import KernelRow, kernel_rows, main
+from one_line_refusal import assert_one_line_refusal
 
 
 def test_rows_group_launches_by_kernel_per_call_longest_first():

@@ -9,25 +9,20 @@ time limits: a step that runs out of time is stopped and later rows are skipped,
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from benchmarks import e2e_stack as e2e
+from benchmarks.probes.step_floor import step_floor
 from ratchet.hardware.ceilings import get_ceilings
 from ratchet.run.ledger import Ledger
 from test_gate_stack import WRONG_RMSNORM, record_best  # tests/ is on sys.path (no __init__.py)
 
 ROOT = Path(__file__).parent.parent
-SPEC = importlib.util.spec_from_file_location("e2e_stack", ROOT / "benchmarks" / "e2e_stack.py")
-e2e = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(e2e)
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from step_floor import step_floor  # noqa: E402
 
 WORKLOADS, CONTEXTS, BATCH = ("llama", "deepseek"), (64, 256), 2
 pytestmark = pytest.mark.slow  # about a minute on two cores: a run, four gates, six child processes of stacks
@@ -115,12 +110,12 @@ def test_a_row_per_workload_and_context_with_consistent_numbers(session):
         assert cells[3] == f"{tps['eager']:.0f}" and cells[5] == f"{tps['stack']:.0f}" and cells[6] == "–"
         assert cells[8] == "–"  # no reference without compile, so no headroom over the byte floor
         assert cells[9] == "ok" and cells[10].startswith(f"eager {steps[0]:.0f} us")
-        # The step's byte floor at this machine's measured copy rate (benchmarks/step_floor.py).
+        # The step's byte floor at this machine's measured copy rate (benchmarks/probes/step_floor.py).
         floor = step_floor(row["workload"], row["batch"], row["context"], "tiny")
         assert math.isclose(row["floor_us"], floor.floor_us(get_ceilings("cpu").copy_tbps), rel_tol=1e-9)
     meta = data["meta"]
     assert f"torch {torch.__version__}" in md and f"`{meta['command']}`" in md
-    assert meta["command"].startswith("python benchmarks/e2e_stack.py --run-task decode_attention --budget 1")
+    assert meta["command"].startswith("python -m benchmarks.e2e_stack --run-task decode_attention --budget 1")
     assert "--no-compile" in md and "CPU timings say nothing about GPUs (every row)" in md
 
 

@@ -4,6 +4,7 @@ or reports; task files import only the public task API; the CLI is imported by n
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,41 @@ def test_the_checker_sees_a_forbidden_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("from ratchet.run.loop import Loop\nimport ratchet.task\n")
     assert imported_modules(bad) == {"ratchet.run.loop", "ratchet.run.loop.Loop", "ratchet.task"}
+
+
+# The product speaks of itself only: dates, not work-session or tracker numbers, and its own design doc.
+# The patterns are built from pieces so that this file does not match itself.
+ROOT = SRC.parent.parent
+SELF_REFERENCES = re.compile("|".join([r"\b[Ss]ession" + r"s? [0-9]", r"\b[Ii]ssue" + r" #?[0-9]",
+                                       r"(?<![\w/])" + "DESIGN" + r"\.md"]))
+TEXT_SUFFIXES = {".py", ".md", ".sh", ".toml", ".txt", ".cu", ".json", ".csv", ".yml", ".yaml", ".html"}
+
+
+def self_references(paths) -> list[str]:
+    found = []
+    for top in paths:
+        files = [top] if top.is_file() else sorted(p for p in top.rglob("*") if p.is_file())
+        for path in files:
+            if path.suffix not in TEXT_SUFFIXES or "__pycache__" in path.parts:
+                continue
+            for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if SELF_REFERENCES.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}")
+    return found
+
+
+def test_code_tests_benchmarks_and_docs_name_dates_not_sessions_or_issues():
+    tops = [ROOT / name for name in ("src", "tests", "benchmarks", "docs", "README.md")]
+    assert all(top.exists() for top in tops)
+    assert self_references(tops) == []
+
+
+def test_the_self_reference_check_can_fail(tmp_path):
+    (tmp_path / "a.py").write_text('"""Measured in ' + 'sess' + 'ion 7, see ' + 'iss' + 'ue 5 and ' + 'DES' + 'IGN.md."""\n'
+                                   "# docs/design.md and a session of timing are fine\n")
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert [hit.split(":")[1] for hit in self_references([tmp_path])] == ["1"]
+    finally:
+        ROOT = saved

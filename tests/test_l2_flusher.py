@@ -1,5 +1,5 @@
-"""The judge's L2 flush (DESIGN.md's timing protocol): a buffer twice the L2 written, then a second one
-read so the timed call does not pay for the write-back of the first (benchmarks/flush_cost.py measures it)."""
+"""The judge's L2 flush (docs/design.md's timing protocol): a buffer twice the L2 written, then a second one
+read so the timed call does not pay for the write-back of the first (benchmarks/probes/flush_cost.py measures it)."""
 
 import pytest
 import torch

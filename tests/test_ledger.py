@@ -410,7 +410,7 @@ def test_v1_ledger_gains_ideas_and_keeps_attempts(tmp_path, monkeypatch):
         led._conn.commit()
     monkeypatch.undo()
     with Ledger(path) as led:
-        assert led.schema_version == 3
+        assert led.schema_version == len(ledger_mod.MIGRATIONS) == 4
         # No owner was recorded then: whether its process lives cannot be told, so it reads as stored.
         assert led.get_run(run)["status"] == "running" and led.get_run(run)["owner_pid"] is None
         (att,) = led.attempts(run)

@@ -1,12 +1,8 @@
-"""benchmarks/loop_throughput.py's summaries of a run's attempts (the GPU measurement itself is a benchmark)."""
+"""benchmarks/probes/loop_throughput.py's summaries of a run's attempts (the GPU measurement itself is a benchmark)."""
 
 import os
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
-
-from loop_throughput import phase_means, timed_call_means  # noqa: E402
+from benchmarks.probes.loop_throughput import phase_means, timed_call_means
 
 
 def _attempt(wall, phases, calls, means):
@@ -24,14 +20,14 @@ def test_means_per_attempt_and_per_timed_call():
 
 
 def test_timed_kernel_seconds_sum_calls_times_mean_kernel_time():
-    from loop_throughput import timed_kernel_seconds
+    from benchmarks.probes.loop_throughput import timed_kernel_seconds
 
     attempts = [_attempt(10.0, {}, 100, {"kernel": 5.0}), _attempt(10.0, {}, 300, {"kernel": 10.0}), {"extra": {}}]
     assert abs(timed_kernel_seconds(attempts) - (100 * 5.0 + 300 * 10.0) / 1e6) < 1e-12
 
 
 def test_judge_host_share_of_one_core_and_mean_gpu_wait():
-    from loop_throughput import judge_host
+    from benchmarks.probes.loop_throughput import judge_host
 
     attempts = [{"extra": {"judge_host_s": {"cpu": 6.0, "gpu_wait": 1.0, "first_call": 2.0, "calls": 1.0,
                                             "first_launch": 0.5, "first_profiled": 0.0,
@@ -48,7 +44,7 @@ def test_judge_host_share_of_one_core_and_mean_gpu_wait():
 
 
 def test_fresh_build_caches_point_the_workers_elsewhere_and_restore_after(tmp_path, monkeypatch):
-    from loop_throughput import fresh_build_caches
+    from benchmarks.probes.loop_throughput import fresh_build_caches
 
     monkeypatch.setenv("TRITON_CACHE_DIR", "/somewhere/triton")
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)

@@ -1,17 +1,13 @@
-"""benchmarks/read_floor.py: the sizes it reads (from a task's cost model or in megabytes), its refusals, and
+"""benchmarks/probes/read_floor.py: the sizes it reads (from a task's cost model or in megabytes), its refusals, and
 on a GPU a table whose reads are slower than the protocol's own floor and slower than the card can move."""
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
-
-from read_floor import Size, main, megabyte_sizes, task_sizes  # noqa: E402
-from one_line_refusal import assert_one_line_refusal  # noqa: E402
+from benchmarks.probes.read_floor import Size, main, megabyte_sizes, task_sizes
+from one_line_refusal import assert_one_line_refusal
 
 
 def test_task_sizes_are_the_cost_models_bytes_of_each_matching_public_shape():

@@ -16,8 +16,9 @@ def test_replay_counts_trials_to_the_best(tmp_path):
     table = tmp_path / "table.json"
     table.write_text(json.dumps({"task": "axpby", "seed_file": seed, "device": "recorded", "date": "2026-11-30",
                                  "rows": rows}))
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_efficiency.py"), "--table", str(table),
-                           "--out", str(tmp_path), "--search-seeds", "5"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.probes.search_efficiency", "--table", str(table),
+                           "--out", str(tmp_path), "--search-seeds", "5"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr
     # Columns: task / seed, device, search, valid configs, exhaustive s, median trials, share, median s.
     lines = {line.split("|")[3].strip(): line.split("|") for line in proc.stdout.splitlines() if line.startswith("| ")
@@ -30,8 +31,7 @@ def test_replay_counts_trials_to_the_best(tmp_path):
 
 
 def test_pooled_reference_ranks_configs_by_their_own_times():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from landscape import pooled_reference
+    from benchmarks.probes.landscape import pooled_reference
 
     def row(cand_us, ref_us, verdict="pass"):
         shapes = [{"shape": {"N": 8}, "mode": "eager", "cand_us": cand_us, "ref_us": ref_us, "weight": 1.0}]
@@ -54,8 +54,7 @@ def test_pooled_reference_ranks_configs_by_their_own_times():
 def test_replay_searches_only_what_an_older_table_measured():
     # A table measured before the seed's SPACE grew (a new value, a new key) replays over the table's own
     # keys and values, in the seed's order, so no proposal lacks a row.
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from search_efficiency import replay, table_candidate
+    from benchmarks.probes.search_efficiency import replay, table_candidate
 
     seed = str(ROOT / "tests" / "data" / "candidates" / "axpby_tunable.py")
     rows = [{"config": {"CHUNK": c}, "verdict": "pass", "speedup": s, "judge_s": 1.0}

@@ -1,7 +1,6 @@
 """Landscape mode and the search-efficiency replay (benchmarks/), and the tuner's ordinal knobs."""
 
 import math
-import sys
 from pathlib import Path
 
 import optuna
@@ -14,10 +13,8 @@ from ratchet.search.tune import TuneProposer, TuneSettings
 from ratchet.task import load_task
 
 ROOT = Path(__file__).parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from landscape import LandscapeOptions, measure_landscape, restricted_task  # noqa: E402
-from search_efficiency import replay, table_candidate  # noqa: E402
+from benchmarks.probes.landscape import LandscapeOptions, measure_landscape, restricted_task
+from benchmarks.probes.search_efficiency import replay, table_candidate
 
 SPACE_SOURCE = '''
 SPACE = {"BLOCK": [256, 64, 0, 1024], "WARPS": [4, 1, 16], "ORDER": ["xy", "yx"]}

@@ -1,4 +1,4 @@
-"""benchmarks/step_floor.py: the byte floor of a decode step, counted from the workloads themselves."""
+"""benchmarks/probes/step_floor.py: the byte floor of a decode step, counted from the workloads themselves."""
 
 import subprocess
 import sys
@@ -7,11 +7,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.common import read_results
+from benchmarks.probes.step_floor import expected_experts, step_floor
 
-from step_floor import expected_experts, step_floor  # noqa: E402
-
-from ratchet.e2e.workloads import build  # noqa: E402
+from ratchet.e2e.workloads import build
 
 
 def _bytes(t):
@@ -44,18 +43,25 @@ def test_expected_experts_under_uniform_routing():
     assert 255.9 < expected_experts(256, 8, 10_000) <= 256
 
 
-def test_the_script_writes_a_table_and_refuses_a_missing_file(tmp_path):
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "step_floor.py"), "--size", "tiny", "--copy-tbps", "1",
+def test_the_script_writes_a_table_and_refuses_a_missing_file(tmp_path, benchmark_results_file):
+    cmd = [sys.executable, "-m", "benchmarks.probes.step_floor", "--size", "tiny", "--copy-tbps", "1",
            "--contexts", "64", "--batch", "2", "--out", str(tmp_path / "floor.md")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     rows = [line for line in (tmp_path / "floor.md").read_text().splitlines() if line.startswith("| llama")
             or line.startswith("| deepseek")]
     assert len(rows) == 2
-    bad = subprocess.run(cmd + ["--e2e", str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=120)
+    # The same figures went to the one results file, a row per table row, with the command that made them.
+    results = read_results(benchmark_results_file)
+    assert [(r["benchmark"], r["workload"], r["context"], r["batch"]) for r in results] == [
+        ("step_floor", "llama", 64, 2), ("step_floor", "deepseek", 64, 2)]
+    assert [f"{r['floor_us']:.0f}" for r in results] == [row.split("|")[7].strip() for row in rows]
+    assert results[0]["command"] == "python -m benchmarks.probes.step_floor " + " ".join(cmd[3:])
+    bad = subprocess.run(cmd + ["--e2e", str(tmp_path / "missing.json")], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
     assert bad.returncode == 2 and "no such file" in bad.stderr
     for wrong, says in ((["--workloads", "mistral"], "invalid choice: 'mistral'"),
                         (["--contexts", "0"], "--contexts and --batch must be positive")):
-        proc = subprocess.run(cmd + wrong, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(cmd + wrong, cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and says in proc.stderr.strip().splitlines()[-1]
         assert "Traceback" not in proc.stderr

@@ -17,16 +17,14 @@ import torch
 from ratchet.task import load_task
 
 ROOT = Path(__file__).parent.parent
-SUITE = ROOT / "benchmarks" / "suite.py"
 WRONG = ROOT / "tests" / "redteam" / "cheats" / "p15_ignore_weight.py"
 COLUMNS = ("eager", "torch_compile", "liger", "best", "roofline")
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import suite_table  # noqa: E402
+from benchmarks import suite_table
 
 
 def run_suite(out: Path, *extra: str, timeout: int = 240) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, str(SUITE), "--device", "cpu", "--tasks", "rmsnorm", "--out", str(out), *extra]
+    cmd = [sys.executable, "-m", "benchmarks.suite", "--device", "cpu", "--tasks", "rmsnorm", "--out", str(out), *extra]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
@@ -91,7 +89,7 @@ def test_cpu_suite_judges_every_column_and_quotes_no_failing_time(tmp_path):
         assert num(by[key + (winners[0],)]["median_us"]) == min(e_us, tc_us)
 
     md = (tmp_path / "suite.md").read_text()
-    assert "python benchmarks/suite.py --device cpu --tasks rmsnorm" in md and "torch 2." in md
+    assert "python -m benchmarks.suite --device cpu --tasks rmsnorm" in md and "torch 2." in md
     table = [line for line in md.splitlines() if line.startswith("| rmsnorm |")]
     assert len(table) == len(shapes)
     for line in table:
@@ -174,7 +172,7 @@ def test_eager_row_quotes_a_graph_peer_at_its_eager_time():
 def test_largest_keeps_the_shapes_that_move_the_most_bytes_in_task_order():
     # The copy-ceiling goal is about each task's largest shapes: --largest N picks them by the task's cost
     # model (GPU shapes of rmsnorm at bf16), in the order the task lists them.
-    import suite
+    from benchmarks import suite
 
     task = load_task("rmsnorm")
     public = task.shape_set("cuda").public

@@ -2,7 +2,6 @@
 --best argument names; an unknown task is a row with its error while the other tasks still run."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,8 +10,7 @@ from ratchet.run.ledger import Ledger
 from ratchet.task import load_task
 
 ROOT = Path(__file__).parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import suite_runs  # noqa: E402
+from benchmarks import suite_runs
 
 
 @pytest.mark.parametrize("device,field", [("cpu", "cpu"), ("cuda", "gpu")])

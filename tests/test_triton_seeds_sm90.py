@@ -95,7 +95,7 @@ def test_a_tile_too_large_for_an_sm_is_seen(tmp_path):
 def test_split_k_with_one_cache_for_keys_and_values_fits_and_uses_wgmma_tiles():
     # The deepseek workload passes its MLA cache as k_cache and v_cache: the split-K seed then loads each
     # tile once and takes 64 positions (on the H200 this ran the 32k step 1.27x over torch.compile with
-    # CUDA graphs, against 1.12x at 32 positions; docs/NOTES.md, 2026-11-30 session 6). The tiles must
+    # CUDA graphs, against 1.12x at 32 positions; docs/NOTES.md, 2026-11-30 (wgmma MLA tiles)). The tiles must
     # still fit, and MLA's must be the 64-head, 8-warp ones.
     seed = TASKS / "decode_attention" / "seeds" / "triton_split_k.py"
     out = compile_for_hopper("decode_attention", seed, "--alias", "2=1")

@@ -1,4 +1,4 @@
-"""top_p_sampling at issue 5's goal shape only (B = 64, V = 129280, fp32): the task on which the split-row and
+"""top_p_sampling at the top-p goal's shape only (B = 64, V = 129280, fp32): the task on which the split-row and
 pivot SPACEs are measured on the GPU. A full top-p evaluation (8 public shapes, each with ~1.7 s of
 statistical checks on the CPU, and held-out shapes) takes minutes per config; this one shape lets a whole
 landscape fit one device call. Everything but the shapes is the built-in task's (its seeds too)."""

@@ -120,7 +120,7 @@ def _read_source(path: Path) -> str:
     """The file's text, or a one-line CandidateError for what is not a readable UTF-8 file."""
     try:
         if path.is_dir():
-            raise CandidateError(f"{path} is a directory, not a candidate file")
+            raise CandidateError(f"{path} is a directory; give a candidate file (.py) inside it")
         if not path.is_file():
             raise CandidateError(f"candidate file not found: {path}")
         if path.stat().st_size > MAX_SOURCE_BYTES:

@@ -1,4 +1,4 @@
-"""The red team: every reward hack of DESIGN.md's public catalog (patterns 1-20) as a cheating candidate
+"""The red team: every reward hack of docs/design.md's public catalog (patterns 1-20) as a cheating candidate
 the judge must fail with the pattern's reason code, and honest twins that look like cheats but must pass
 with no reasons at all (invariant 7: zero false rejects).
 

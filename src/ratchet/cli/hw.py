@@ -59,8 +59,9 @@ def cmd_hw(args) -> int:
         return 0
     detected, sheet_json = out["detected"] or {}, out["sheet"] or {}
     try:
-        from rich.console import Console
         from rich.table import Table
+
+        from ratchet.report.terminal import make_console, show
 
         table = Table(title=f"ratchet hw: {out['device'] or 'no GPU'}")
         table.add_column("field")
@@ -71,7 +72,7 @@ def cmd_hw(args) -> int:
             table.add_row(key, _hw_cell(detected.get(key)), _hw_cell(sheet_json.get(key)))
         if detected.get("ceilings"):
             table.add_row("measured ceilings (cached)", _hw_cell(detected["ceilings"]), "")
-        Console().print(table)
+        show(make_console(), table)
     except ImportError:
         for key, value in {**sheet_json, **detected}.items():
             if key != "notes":
@@ -162,11 +163,12 @@ def _cmd_hw_audit(args) -> int:
     notes = [*readings["notes"], *readings["host"]["notes"],
              *(f"GPU {g['index']} {n}" for g in readings["gpus"] for n in g.get("notes", []))]
     try:
-        from rich.console import Console
         from rich.table import Table
         from rich.text import Text
 
-        console = Console()
+        from ratchet.report.terminal import make_console
+
+        console = make_console()
         table = Table(title=f"ratchet hw --audit: readings at {readings['taken_at']}")
         table.add_column("reading")
         table.add_column("value", overflow="fold")

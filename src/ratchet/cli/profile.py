@@ -98,12 +98,13 @@ def _shapes(op) -> str:
 
 
 def print_profile(prof, console=None) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
-    console = console or Console()
+    from ratchet.report.terminal import make_console
+
+    console = console or make_console()
     console.print(f"[bold]ratchet profile[/] {prof.workload} ({prof.size}, {prof.device}, {prof.dtype})")
     for phase in prof.phases:
         setting = ", ".join(f"{k} {v}" for k, v in phase.setting.items())

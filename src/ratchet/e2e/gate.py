@@ -428,7 +428,7 @@ class _Gate:
         router chose there in one eager baseline run. A router's top-k turns a change far inside any
         tolerance into a jump of the logits when a near-tie flips an expert (an exact fp32 rmsnorm moved
         the full deepseek's logits 0.71 where one tolerance-edge draw moved them 0.06 and another 1.05;
-        H200, 2026-12-01, session 14): with the routing fixed, the logits compare the kernel, not the luck
+        H200, 2026-12-01, aligned e2e caches): with the routing fixed, the logits compare the kernel, not the luck
         of a tie. Nothing is pinned when the op under test is the router itself."""
         self.pins = {}
         if self.op == ROUTER_OP:

@@ -1,7 +1,7 @@
 """Timing whole workload steps (decode steps, prefills), several settings of one workload interleaved.
 
 Shared by ``ratchet gate`` (baseline against with-kernel, per setting) and ``ratchet stack`` (one entry
-per layer of the waterfall). The protocol is the judge's (DESIGN.md, "Timing protocol") applied to a
+per layer of the waterfall). The protocol is the judge's (docs/design.md, "Timing protocol") applied to a
 whole model step instead of one op:
 
 - Everything compared is measured in the same session, in alternating batches: each round runs one

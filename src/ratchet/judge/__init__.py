@@ -7,12 +7,12 @@ runs only in worker subprocesses (worker.py); correctness is decided here, outsi
 from __future__ import annotations
 
 from ratchet.candidate import Candidate
-from ratchet.judge.evaluation import Evaluation, JudgeOptions
+from ratchet.judge.evaluation import Evaluation, JudgeOptions, JudgeProgress
 from ratchet.judge.process import Limits
 from ratchet.judge.verdict import Reason, ShapeResult, Verdict
 from ratchet.task import Task
 
-__all__ = ["evaluate", "JudgeOptions", "Limits", "Verdict", "Reason", "ShapeResult"]
+__all__ = ["evaluate", "JudgeOptions", "JudgeProgress", "Limits", "Verdict", "Reason", "ShapeResult"]
 
 
 def evaluate(task: Task, candidate: Candidate, config: dict | None = None,

@@ -20,7 +20,7 @@ import random
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -83,6 +83,23 @@ class JudgeOptions:
     # The run's best at its heaviest shapes (judge.race.RaceBar, plain numbers): a candidate beyond it
     # is no longer timed (verdict pass, raced). None: every candidate runs the whole protocol.
     race: RaceBar | None = None
+    # Called in this process (never the candidate's) with a JudgeProgress at each phase and shape, between
+    # timed regions: what a display shows while an attempt is judged. Its exceptions are ignored.
+    progress: Callable[["JudgeProgress"], None] | None = None
+
+
+@dataclass(frozen=True)
+class JudgeProgress:
+    """Where an evaluation is: phase "import" (workers start, the candidate is imported), "correctness"
+    or "timing"; ``detail`` names the shape; ``step`` of ``steps`` counts the phase's shapes."""
+
+    candidate: str
+    config: dict
+    phase: str
+    detail: str
+    step: int
+    steps: int
+    elapsed_s: float
 
 
 class Abort(Exception):
@@ -100,7 +117,8 @@ class Evaluation:
         self.torch_device = f"cuda:{options.gpu_index}" if options.gpu_index is not None else self.device
         self.policy = options.policy or (GPU_POLICY if self.device == "cuda" else CPU_POLICY)
         self.rng = random.Random(secrets.randbits(64))  # secret: never leaves this process
-        self.deadline = time.perf_counter() + options.limits.total_s
+        self.started = time.perf_counter()
+        self.deadline = self.started + options.limits.total_s
         self.started_unix = time.time()  # ceilings measured before this are re-checked before a refusal
         self.cand: WorkerProcess | None = None
         self.ref: WorkerProcess | None = None
@@ -112,7 +130,7 @@ class Evaluation:
         # The correctness phase's wall time by part (waits for the device lock included): the first call
         # (import, compile), the candidate's other calls, and the judge's own references and comparisons;
         # first_launch: the worker's own clock around the first call's launch (Triton's compile is in it),
-        # to tell a slow compile from a slow round trip (two GPUs: 12 s against 2.7, session 7);
+        # to tell a slow compile from a slow round trip (two GPUs: 12 s against 2.7, 2026-11-30);
         # first_profiled instead when that call was the one run under the profiler (CUPTI starts in it).
         self.correctness_parts = {"first_call": 0.0, "first_launch": 0.0, "first_profiled": 0.0, "calls": 0.0,
                                   "checks": 0.0}
@@ -133,6 +151,7 @@ class Evaluation:
             elif box.unavailable():
                 raise Abort([Reason("box_unavailable", box.refusal())])
             mark = time.perf_counter()
+            self._report("import", "starting the workers, importing the candidate", 0, 0)
             self._start_candidate()
             verdict.phases_s["start"] = round(time.perf_counter() - mark, 3)
             mark = time.perf_counter()
@@ -164,6 +183,15 @@ class Evaluation:
                                 # microseconds: a CPU candidate's first launch can be well under 1 ms
                                 **{part: round(s, 6) for part, s in self.correctness_parts.items()}}
         return verdict
+
+    def _report(self, phase: str, detail: str, step: int, steps: int) -> None:
+        if self.opts.progress is None:
+            return
+        try:
+            self.opts.progress(JudgeProgress(self.candidate.path, self.config, phase, detail, step, steps,
+                                             round(time.perf_counter() - self.started, 3)))
+        except Exception:  # a display's fault must not change a verdict
+            pass
 
     def _worker_env(self) -> dict:
         # On the CPU, Triton kernels run through Triton's interpreter (slow, but judged the same way).
@@ -245,6 +273,9 @@ class Evaluation:
         rows: list[ShapeResult | None] = [None] * len(plan)
         for step, i in enumerate([first] + [i for i in range(len(plan)) if i != first]):
             dtype, shape, held_out = plan[i]
+            first = " (first call: compile)" if self.first_call else ""
+            self._report("correctness", f"{'held-out ' if held_out else ''}shape {shape} "
+                         f"{str(dtype).removeprefix('torch.')}{first}", step + 1, len(plan))
             self._check_shape(shape, dtype, held_out)
             rows[i] = ShapeResult(shape=shape, dtype=str(dtype).removeprefix("torch."), held_out=held_out,
                                   weight=self.task.shape_weight(shape))
@@ -434,7 +465,8 @@ class Evaluation:
         if self.device == "cpu":
             verdict.notes.append("CPU times (one thread per worker) say nothing about GPU speed")
         timed = []
-        for row in self._timing_order(rows):
+        for i, row in enumerate(self._timing_order(rows)):
+            self._report("timing", f"shape {row.shape} {row.dtype}", i + 1, len(rows))
             timed.append(row)
             dtype = getattr(torch, row.dtype)
             with self._gpu("exclusive"):

@@ -1,4 +1,4 @@
-"""The one timing protocol (DESIGN.md, "Timing protocol"). TRUSTED: proposers never edit this file.
+"""The one timing protocol (docs/design.md, "Timing protocol"). TRUSTED: proposers never edit this file.
 
 GPU: CUDA events around the call, an L2 flush (a buffer twice the L2, written, then a second one read,
 so the L2 holds clean lines) and a persisting-L2 reset before every timed call, a device-wide synchronize
@@ -65,7 +65,7 @@ class L2Flusher:
     kernel may have marked persisting (cudaCtxResetPersistingL2Cache), so no call starts warm.
 
     Then it reads a second buffer of the same size. The write leaves the L2 full of dirty lines, and the
-    timed call paid for writing them back to DRAM: on the H200 (2026-11-30, benchmarks/flush_cost.py)
+    timed call paid for writing them back to DRAM: on the H200 (2026-11-30, benchmarks/probes/flush_cost.py)
     4.7 us of a 268 MB rmsnorm's 69.6 (7%), a copy of the same bytes reaching 4.03 TB/s against 4.23 once
     the lines were clean. After the read the L2 holds clean lines that leave for free, and the call's
     inputs are still not in it.

@@ -369,7 +369,18 @@ def classify_exception(exc: BaseException, first_call: bool) -> tuple[str, str]:
         return "compile_error", text
     if isinstance(exc, TypeError) and "argument" in str(exc) and first_call:
         return "bad_signature", text
-    return ("kernel_exception" if first_call else "shape_unsupported"), text
+    return ("kernel_exception" if first_call else "shape_unsupported"), _in_candidate(exc) + text
+
+
+def _in_candidate(exc: BaseException) -> str:
+    """"FILE:LINE in FUNCTION: " of the innermost frame in the candidate's own file, so the user sees where
+    their kernel raised; "" when no frame of the traceback is in it."""
+    path = getattr(sys.modules.get("ratchet_candidate"), "__file__", None)
+    if not path:
+        return ""
+    own = [(frame.f_code.co_name, line) for frame, line in traceback.walk_tb(exc.__traceback__)
+           if os.path.abspath(frame.f_code.co_filename) == os.path.abspath(path)]
+    return f"{path}:{own[-1][1]} in {own[-1][0]}: " if own else ""
 
 
 def serve(conn: Connection, heartbeat: "Heartbeat | None" = None):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict
 
 from rich.console import Console
@@ -10,6 +11,7 @@ from rich.table import Table
 
 from ratchet.diagnose.bottleneck import COUNTER_RULE, RULE, classify_row_with_counters, labelled
 from ratchet.judge.verdict import Verdict
+from ratchet.report.terminal import make_console, show
 
 _COLOR = {"pass": "green", "fail": "red", "error": "yellow"}
 
@@ -20,7 +22,7 @@ def _fmt(value, spec: str) -> str:
 
 def print_verdict(verdict: Verdict, console: Console | None = None, counters: dict | None = None):
     """``counters``: ncu's (``NcuResult.to_json()``) for one shape, shown next to that row's class."""
-    console = console or Console()
+    console = console or make_console()
     color = _COLOR.get(verdict.verdict, "white")
     speed = f"  speedup {verdict.speedup:.3f}x (weighted geometric mean)" if verdict.speedup else ""
     console.print(f"[bold {color}]{verdict.verdict.upper()}[/]  {verdict.task}  {verdict.candidate}{speed}")
@@ -37,7 +39,7 @@ def print_verdict(verdict: Verdict, console: Console | None = None, counters: di
                           _fmt(s.speedup, ".3f"), _fmt(s.achieved_tbps, ".3f"),
                           _fmt(s.roofline_fraction and 100 * s.roofline_fraction, ".1f") + "%",
                           escape(labelled(*classify_row_with_counters(asdict(s), verdict.ceilings, counters))))
-        console.print(table)
+        show(console, table)
     if counters:
         console.print(escape(counters_line(counters)), soft_wrap=True)
     held = [s for s in verdict.shapes if s.held_out]
@@ -63,7 +65,7 @@ def print_verdict(verdict: Verdict, console: Console | None = None, counters: di
 
 def print_run(run: dict, attempts: list[dict], history: list[dict], ideas: list[dict] = (),
               console: Console | None = None):
-    console = console or Console()
+    console = console or make_console()
     best = f"{run['best_speedup']:.3f}x" if run.get("best_speedup") else "-"
     console.print(f"[bold]{run['id']}[/] {run['task']} on {run['device']} ({run['device_name']}): {run['status']}"
                   f"{' - ' + run['stop_reason'] if run.get('stop_reason') else ''}; {len(attempts)} attempts, best {best}")
@@ -71,10 +73,12 @@ def print_run(run: dict, attempts: list[dict], history: list[dict], ideas: list[
     for col in ("#", "candidate", "config", "verdict", "speedup", "kept", "reason", "judge s"):
         table.add_column(col)
     for a in attempts:
-        reason = f"{a['reasons'][0]['code']}: {a['reasons'][0]['detail'][:60]}" if a["reasons"] else ""
+        # A failure's first reason; a pass's keep decision (why a faster attempt was not kept, or why it was).
+        reason = (f"{a['reasons'][0]['code']}: {a['reasons'][0]['detail'][:200]}" if a["reasons"]
+                  else a.get("keep_reason") or "")
         table.add_row(str(a["seq"]), a["candidate_path"].rsplit("/", 1)[-1], str(a["config"]), a["verdict"],
-                      _fmt(a["speedup"], ".3f"), "yes" if a["kept"] else "", reason, _fmt(a["judge_wall_s"], ".1f"))
-    console.print(table)
+                      _fmt(a["speedup"], ".3f"), "yes" if a["kept"] else "", escape(reason), _fmt(a["judge_wall_s"], ".1f"))
+    show(console, table)
     if history:
         steps = " -> ".join(f"#{next((a['seq'] for a in attempts if a['id'] == h['attempt_id']), '?')}" for h in history)
         console.print(f"best history: {steps}")
@@ -89,7 +93,7 @@ def print_run(run: dict, attempts: list[dict], history: list[dict], ideas: list[
                           _fmt(r["median_us"], ".2f"), _fmt(r["floor_us"], ".2f"),
                           _fmt(r["roofline_fraction"] and 100 * r["roofline_fraction"], ".1f") + "%",
                           escape(labelled(r["class"], r["counters"])))
-        console.print(table)
+        show(console, table)
     profiled = [a for a in attempts if (a.get("extra") or {}).get("counters")]
     if profiled:
         console.print(escape(f"hardware counters by attempt (ncu, one profiled call each, not the judge's; "
@@ -103,6 +107,51 @@ def print_run(run: dict, attempts: list[dict], history: list[dict], ideas: list[
                        + (f", best {i['best_speedup']:.3f}x" if i["best_speedup"] else ""))
             line = f"  {i['id']}. ({i['status']}) {i['text']} ({i['author']}): {outcome}"
             console.print(escape(line), soft_wrap=True)  # people's text is not Rich markup
+
+
+def outcome_counts(attempts: list[dict]) -> dict:
+    """Attempts by outcome: kept (at some point the best), passed, failed and errors by their first reason."""
+    failed, errors = Counter(), Counter()
+    for a in attempts:
+        code = a["reasons"][0]["code"] if a["reasons"] else "no reason"
+        if a["verdict"] == "fail":
+            failed[code] += 1
+        elif a["verdict"] == "error":
+            errors[code] += 1
+    return {"attempts": len(attempts), "kept": sum(1 for a in attempts if a["kept"]),
+            "passed": sum(1 for a in attempts if a["verdict"] == "pass"),
+            "failed": dict(failed.most_common()), "errors": dict(errors.most_common())}
+
+
+def print_run_summary(run: dict, attempts: list[dict], best: dict | None, elapsed_s: float,
+                      console: Console | None = None) -> dict:
+    """The end of a run: attempts by outcome, the time taken, and the best's speedup per shape with what it
+    is measured against. Returns the counts shown (``outcome_counts``)."""
+    console = console or make_console()
+    counts = outcome_counts(attempts)
+    by = lambda found: ", ".join(f"{code} {n}" for code, n in found.items()) or "none"  # noqa: E731
+    judged = sum(a["judge_wall_s"] or 0.0 for a in attempts)
+    console.print(f"[bold]run {run['id']} summary[/]: {counts['attempts']} attempts in {elapsed_s:.0f} s "
+                  f"(judging {judged:.0f} s): {counts['kept']} kept, {counts['passed']} passed, "
+                  f"{sum(counts['failed'].values())} failed ({by(counts['failed'])}), "
+                  f"{sum(counts['errors'].values())} errors ({by(counts['errors'])})", highlight=False)
+    rows = [r for r in (best or {}).get("shapes") or [] if r.get("speedup") is not None and not r.get("held_out")]
+    if not rows:
+        console.print("  no passing attempt: no speedup to show", highlight=False)
+        return counts
+    console.print(escape(f"  best: #{best['seq']} {best['candidate_path'].rsplit('/', 1)[-1]} {best['config']}, "
+                         f"{best['speedup']:.3f}x over its shapes (weighted geometric mean)"), highlight=False)
+    table = Table()
+    for col in ("shape", "dtype", "mode", "median us", "reference us", "speedup"):
+        table.add_column(col, justify="left" if col in ("shape", "dtype", "mode") else "right")
+    for r in rows:
+        table.add_row(" ".join(f"{k}={v}" for k, v in r["shape"].items()), r["dtype"], r.get("mode") or "-",
+                      _fmt(r.get("median_us"), ".2f"), _fmt(r.get("ref_median_us"), ".2f"), f"{r['speedup']:.3f}x")
+    show(console, table)
+    console.print(f"  speedup = the task's reference ({run['task']}'s reference function in eager PyTorch, timed "
+                  f"interleaved with the kernel in the same evaluation) / the kernel, per shape, on "
+                  f"{run['device_name'] or run['device']}", highlight=False, soft_wrap=True)
+    return counts
 
 
 def best_bottlenecks(attempt: dict) -> list[dict]:

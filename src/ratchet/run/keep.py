@@ -1,4 +1,4 @@
-"""The keep rule (DESIGN.md, "Keep rule"): a candidate replaces the best only on a real win.
+"""The keep rule (docs/design.md, "Keep rule"): a candidate replaces the best only on a real win.
 
 Both verdicts carry per-shape times of the kernel and of the reference measured in the same session.
 Times are normalized by their own session's reference median, so two evaluations made minutes apart

@@ -121,6 +121,10 @@ MIGRATIONS: list[str] = [
     ALTER TABLE runs ADD COLUMN owner_host TEXT;
     ALTER TABLE runs ADD COLUMN owner_started REAL;
     """,
+    # v4: why the keep rule kept or discarded each attempt (a faster attempt that is not kept says why).
+    """
+    ALTER TABLE attempts ADD COLUMN keep_reason TEXT;
+    """,
 ]
 
 # Verdict fields stored in columns of their own; the rest of the verdict JSON goes to extra_json.
@@ -496,6 +500,7 @@ class Ledger:
         tokens_out: int | None = None,
         cost_usd: float | None = None,
         keep: bool = False,
+        keep_reason: str | None = None,
     ) -> int:
         """Record one judged attempt and return its id; its ``seq`` is the run's next number.
 
@@ -504,7 +509,8 @@ class Ledger:
         ``extra``. The same (source, config) twice in one run is a LedgerError. ``idea_id`` links the
         attempt to the idea behind it (which then counts as tried); ``tokens_in``, ``tokens_out`` and
         ``cost_usd`` are what a model charged to propose it. ``keep`` makes it the run's best in the same
-        transaction (as :meth:`set_best`), so a kill never leaves a kept attempt recorded but not kept.
+        transaction (as :meth:`set_best`), so a kill never leaves a kept attempt recorded but not kept;
+        ``keep_reason`` is the keep rule's reason, stored with it.
         """
         verdict = verdict_json.get("verdict")
         if verdict not in VERDICTS:
@@ -519,7 +525,7 @@ class Ledger:
             None if speedup is None else float(speedup),
             _dumps(list(verdict_json.get("shapes") or [])), float(verdict_json.get("judge_wall_s") or 0.0),
             None if cost is None else _dumps(dict(cost)), _dumps(extra), _now(),
-            idea_id, tokens_in, tokens_out, None if cost_usd is None else float(cost_usd),
+            idea_id, tokens_in, tokens_out, None if cost_usd is None else float(cost_usd), keep_reason,
         )
         with self._write() as conn:
             self._require_run(conn, run_id)
@@ -531,8 +537,8 @@ class Ledger:
                     "INSERT INTO attempts (run_id, seq, candidate_path, source, source_sha256, config_json,"
                     " config_key, parent_attempt, proposer, idea, verdict, reasons_json, speedup,"
                     " shapes_json, judge_wall_s, cost_json, extra_json, created_at,"
-                    " idea_id, tokens_in, tokens_out, cost_usd)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " idea_id, tokens_in, tokens_out, cost_usd, keep_reason)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (run_id, seq, *row),
                 )
                 if idea_id is not None:
@@ -590,6 +596,12 @@ class Ledger:
             extra[key] = value
             conn.execute("UPDATE attempts SET extra_json = ? WHERE id = ?", (_dumps(extra), attempt_id))
             return True
+
+    def set_keep_reason(self, attempt_id: int, reason: str) -> None:
+        """Store the keep rule's reason with a recorded attempt (``ratchet show`` and ``--json`` show it)."""
+        with self._write() as conn:
+            if conn.execute("UPDATE attempts SET keep_reason = ? WHERE id = ?", (reason, attempt_id)).rowcount == 0:
+                raise LedgerError(f"unknown attempt {attempt_id}")
 
     # -- the best so far -----------------------------------------------------------------------------
 

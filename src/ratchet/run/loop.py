@@ -39,7 +39,7 @@ from ratchet.task import Task
 
 # Evaluations in flight per GPU beyond the one being timed. On the H200 an attempt at a microsecond
 # kernel spent ~15 of its ~18 s starting, compiling and checking, and the GPU was busy 12% of a run
-# with one ahead (2026-11-30, benchmarks/loop_throughput.py).
+# with one ahead (2026-11-30, benchmarks/probes/loop_throughput.py).
 LOOKAHEAD = 2
 # Judged but not yet committed evaluations wait behind a slower one proposed before them (commits go in
 # proposal order); up to this many pipelines' worth, so one long compile does not idle the other slots.

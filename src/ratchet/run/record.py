@@ -30,7 +30,8 @@ def record_and_keep(ledger: Ledger, run_id: str, candidate: Candidate, config: M
     # The attempt and its keep decision in one transaction: a kill between the two would leave a win
     # recorded but never kept, and a resume does not judge it again.
     attempt_id = ledger.record_attempt(run_id, candidate.path, candidate.source, config, verdict, proposer,
-                                       idea_id=idea_id, keep=decision.keep, **attempt_fields)
+                                       idea_id=idea_id, keep=decision.keep,
+                                       keep_reason=decision.reason, **attempt_fields)
     return attempt_id, decision
 
 

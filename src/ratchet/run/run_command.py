@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, replace
 
 from rich.console import Console
 
@@ -34,8 +35,10 @@ class RunRequest:
 
 def start_or_resume(ledger: Ledger, request: RunRequest, console: Console | None = None) -> int:
     from ratchet.report.live import RunDisplay
+    from ratchet.report.terminal import make_console
 
-    console = console or Console()
+    console = console or make_console()
+    started = time.monotonic()
     if request.resume:
         run = ledger.get_run(request.resume)
         if run["status"] == "done":
@@ -87,6 +90,8 @@ def start_or_resume(ledger: Ledger, request: RunRequest, console: Console | None
         known, described = candidates, f"{request.proposer}/{request.sampler}"
     limits = RunLimits(request.target, request.budget, request.seconds)
     with RunDisplay(run_id, task.name, request.budget, console) as display:
+        # The judge says where each attempt is (phase, shape, elapsed); the display shows it.
+        judge_options = [replace(o, progress=display.progress) for o in judge_options]
         loop = Loop(ledger, run_id, task, proposer, limits, judge_options, on_event=display, candidates=known)
         replayed = loop.replay()
         verb = f"resuming run {run_id} ({replayed} attempts recorded)" if request.resume else f"run {run_id} started"
@@ -115,6 +120,9 @@ def start_or_resume(ledger: Ledger, request: RunRequest, console: Console | None
                       highlight=False)
     if result.failures:
         console.print("  failures by reason: " + ", ".join(f"{c} {n}" for c, n in result.failures.most_common()))
+    from ratchet.report.console import print_run_summary
+
+    print_run_summary(ledger.get_run(run_id), ledger.attempts(run_id), best, time.monotonic() - started, console)
     return 0
 
 

@@ -9,7 +9,7 @@ the block sizes, warps and stages, which it does better than anyone.
   names, e.g. ``"BLOCK_N % BLOCK_K == 0"``); configs breaking one are never proposed.
 Samplers: TPE (default), random, or grid (exhaustive, what ``triton.autotune`` does).
 ``TuneSettings`` holds TPE's knobs; its defaults are what replays over measured landscapes chose
-(benchmarks/search_efficiency.py --variants, docs/NOTES.md).
+(benchmarks/probes/search_efficiency.py --variants, docs/NOTES.md).
 """
 
 from __future__ import annotations

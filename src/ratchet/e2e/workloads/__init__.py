@@ -1,4 +1,4 @@
-"""Workloads: end-to-end model steps that kernels plug into (DESIGN.md, "End-to-end gate and stacking").
+"""Workloads: end-to-end model steps that kernels plug into (docs/design.md, "End-to-end gate and stacking").
 
 ``build("llama" | "deepseek", size="full" | "tiny")`` makes a decoder with seeded random weights (no
 downloads): ``full`` has the real models' widths with a few layers in bf16 (for a GPU), ``tiny`` small

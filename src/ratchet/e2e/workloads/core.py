@@ -161,8 +161,8 @@ class Decoder(nn.Module):
         length rounded up to a multiple of CACHE_ALIGN.
 
         Why: a bench asks for context + a few steps of slack (32768 + 5), and at 32773 positions the rows of
-        the reference's attention scores are not 16-byte aligned: on the H200 (2026-12-01, session 14,
-        docs/measurements/2026-12-01-h200-session14) the reference under torch.compile then took 3496 us for
+        the reference's attention scores are not 16-byte aligned: on the H200 (2026-12-01,
+        docs/results/2026-12-01-e2e-stack.md) the reference under torch.compile then took 3496 us for
         DeepSeek's MLA at B = 32 and 6262 us for Llama-3-8B's heads, against 1043 and 1155 us at 32768. A
         baseline slowed by our own padding is not one a user would run (gpt-fast rounds its cache up too)."""
         layers = []

@@ -60,7 +60,7 @@ class MLAttention(nn.Module):
         w_kv = self.wkv_b.view(H, dn + c.v_head_dim, R)
         if step.decode:
             # A slice, not the index 0, for the one kv head: Inductor copied the whole cache per layer for
-            # the index_put through that select view (found 2026-11-30, session 5; docs/NOTES.md).
+            # the index_put through that select view (found 2026-11-30 (MLA kernel); docs/NOTES.md).
             cache[step.rows, :, step.positions] = entry[:, None]
             # Absorb: q_nope . (W_uk latent) = (W_uk^T q_nope) . latent, per head.
             q_lat = torch.bmm(q_nope.transpose(0, 1), w_kv[:, :dn])  # [H, T, R]

@@ -197,7 +197,7 @@ class OpRegistry:
         self.active: str | None = None
         # Looked up here, not on each call: a compiled step traces call(), and reference()'s first lookup
         # (loading the task, a glob of the task folder) broke the graph at every op, the torch.compile
-        # baseline of the e2e tables included (found 2026-11-30, session 5; docs/NOTES.md).
+        # baseline of the e2e tables included (found 2026-11-30 (MLA kernel); docs/NOTES.md).
         self._references = {name: reference(name) for name in OPS}
 
     # -- choosing implementations --------------------------------------------------------------------
@@ -262,7 +262,7 @@ class OpRegistry:
         self.active = None
         return out
 
-    # The ops, with their tasks' signatures (docs/tasks and DESIGN.md's table).
+    # The ops, with their tasks' signatures (docs/tasks.md and docs/design.md's table).
     def rmsnorm(self, x, weight, eps):
         return self.call("rmsnorm", x, weight, eps)
 

@@ -8,8 +8,8 @@ narrower block walks the row twice, the second walk reading back the new_residua
 stored (one read instead of two; it mostly hits L2). Masked loads make any H work; row offsets are int64
 because T * H passes 2^31 at long prefill.
 HINTS (on by default) loads x, residual and the weight evict_last, as Inductor does for rmsnorm (see
-rmsnorm's triton_rowwise.py). On the H200 (2026-11-30, session 9, the judge's L2 flush, a probe script in
-docs/measurements/2026-11-30-h200-session9/call7-add-rmsnorm-hints/), bf16: T=16384 H=4096 125.2 us with
+rmsnorm's triton_rowwise.py). On the H200 (2026-11-30, cache hints, the judge's L2 flush, a probe script;
+docs/results/2026-11-30-add-rmsnorm-largest-peers.md), bf16: T=16384 H=4096 125.2 us with
 hints against 130.0 without (torch.compile 133.1); H=8192 250.0 against 259.2 (torch.compile 262.8);
 decode shapes (T=1, 256) unchanged within 0.2 us. num_warps 0 picks 16 from H = 8192 up, 8 below.
 """

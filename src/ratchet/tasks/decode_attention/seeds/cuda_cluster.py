@@ -5,7 +5,7 @@ in a second kernel.
 The idea: split-K (triton_split_k.py) needs pieces of the context on many SMs when a batch has few
 sequences, and pays for them twice: a second kernel merges the pieces through an fp32 workspace in global
 memory (2.5 us at B = 1, L = 4096 on the H200), and each piece's program keeps few bytes in flight (three
-programs an SM by shared memory, 12.5% occupancy; ncu, session 7). Here the pieces of one (sequence, kv
+programs an SM by shared memory, 12.5% occupancy; ncu, 2026-11-30). Here the pieces of one (sequence, kv
 head) are the blocks of one cluster (sm_90; up to 16 blocks with the non-portable size, which B = 1 with 8
 kv heads would need to fill 128 of the H200's 132 SMs; MAX_CLUSTER caps it, at 8 by default, which measured
 faster and steadier, see below):
@@ -41,30 +41,31 @@ pairs per SM.
 CONSUMERS, TILE and STAGES are -D defines: each is one cached build (ratchet.cuda_build); MAX_CLUSTER is a
 launch setting.
 
-On the H200 (2026-12-01, session 13, `python benchmarks/eval_seeds.py --tasks decode_attention --seeds
-cuda_cluster triton_split_k --repeats 1`, judged, one run; docs/benchmarks.md): B = 1, Llama-3-8B heads,
-L = 4096 / 32768 / 131072: 13.50 / 42.26 / 139.92 us against split-K's 13.73 / 50.27 / 154.59; slower than
-split-K at B = 8, L = 32768 (170.1 against 165.9) and at 70B's B = 1, L = 4096 (14.08 against 13.58).
-Two versions before this one lost to split-K everywhere: CUDA-core math (shuffles; 90 us at L = 32768) and
-mma over one 256-byte bulk copy a row into padded rows (235 us; the same math over the swizzled tile
-copies took 45.9).
+On the H200 (2026-12-01, `python -m benchmarks.probes.eval_seeds --tasks decode_attention --seeds cuda_cluster
+triton_split_k --repeats 1`, judged, one run; docs/results/2026-12-01-decode-attention-judged.md): B = 1,
+Llama-3-8B heads, L = 4096 / 32768 / 131072: 13.50 / 42.26 / 139.92 us against split-K's 13.73 / 50.27 /
+154.59; slower than split-K at B = 8, L = 32768 (170.1 against 165.9) and at 70B's B = 1, L = 4096 (14.08
+against 13.58). Two versions before this one lost to split-K everywhere: CUDA-core math (shuffles; 90 us at L
+= 32768) and mma over one 256-byte bulk copy a row into padded rows (235 us; the same math over the swizzled
+tile copies took 45.9).
 
-Session 15 (2026-12-01, `docs/measurements/2026-12-01-h200-session15/`, graph replays after the judge's
-flush): the tiles came as 64-column boxes of a tensor map in the 128-byte swizzle, read by ldmatrix. With
-the math taken out, those boxes streamed L = 32768 in 41.0 us and one bulk copy a tile in 37.1; a bulk read
-of the same bytes with nothing else takes 32.9, and of L = 4096's 8.1 (so 8 us there is out of reach under
-the protocol). One box a tile over a 5-d view (whole 256-byte rows, swizzled) gained 1%. This version, bulk
-copies with lane reads and movmatrix: 13.22 / 38.62 / 126.11 us at B = 1, L = 4096 / 32768 / 131072,
-against 13.41 / 41.57 / 138.93 for the boxes in the same run; 1-6% faster at B = 8 and 64 and for 70B's
-heads; D = 64 1% slower. Where the time goes at L = 32768 (switches in a copy of this source): without the
-cluster merge 1.9 us less, without the math 1.8 less, without both 35.3 against the 32.9 of a bare read. A
-merge by pushes (each block writes the others' slices into their shared memory and arrives on their
-mbarrier, no cluster barrier at the end) was 0-5% slower.
+Later on 2026-12-01 (decode read floor; docs/results/2026-12-01-decode-attention-cluster-caps.md, graph
+replays after the judge's flush): the tiles came as 64-column boxes of a tensor map in the 128-byte swizzle,
+read by ldmatrix. With the math taken out, those boxes streamed L = 32768 in 41.0 us and one bulk copy a tile
+in 37.1; a bulk read of the same bytes with nothing else takes 32.9, and of L = 4096's 8.1 (so 8 us there is
+out of reach under the protocol). One box a tile over a 5-d view (whole 256-byte rows, swizzled) gained 1%.
+This version, bulk copies with lane reads and movmatrix: 13.22 / 38.62 / 126.11 us at B = 1, L = 4096 / 32768
+/ 131072, against 13.41 / 41.57 / 138.93 for the boxes in the same run; 1-6% faster at B = 8 and 64 and for
+70B's heads; D = 64 1% slower. Where the time goes at L = 32768 (switches in a copy of this source): without
+the cluster merge 1.9 us less, without the math 1.8 less, without both 35.3 against the 32.9 of a bare read. A
+merge by pushes (each block writes the others' slices into their shared memory and arrives on their mbarrier,
+no cluster barrier at the end) was 0-5% slower.
 
-MAX_CLUSTER 8 is the default since session 15 (call 8, judged on one machine): 13.12 / 38.99 / 128.27 us at
+MAX_CLUSTER 8 is the default since 2026-12-01 (decode read floor; judged on one machine): 13.12 / 38.99 / 128.27 us at
 B = 1, L = 4096 / 32768 / 131072 against 13.31 / 43.09 / 145.30 with 16, within 1% of 16 elsewhere. 16 is
-the less predictable: 39.4 and 125.9 on call 5's machine, 43.1 and 145.3 on call 8's; 8 gave 38.6-39.0 on
-both machines where it was measured. Session 13 had found 16 better with the tensor-map boxes.
+the less predictable: 39.4 and 125.9 on one machine, 43.1 and 145.3 on another; 8 gave 38.6-39.0 on
+both machines where it was measured. The first judged run (2026-12-01, decode attention
+clusters) had found 16 better with the tensor-map boxes.
 """
 
 import functools
@@ -591,8 +592,8 @@ HEAD_SIZES = (64, 128)
 MAX_GROUP = 8  # query heads a kv head may have: rows 0-7 of the mma's 16
 # Batches with more (sequence, kv head) pairs than this many per SM go to split-K: each block here holds
 # its SM alone (shared memory), so many short rows queue their prologues one after another. On the H200
-# (session 13) this kernel took 144 us at B = 64, L = 4096 (512 pairs) against split-K's 152, and 171 at
-# B = 256, L = 1024 (2048 pairs) against 156.
+# (2026-12-01, decode attention clusters) this kernel took 144 us at B = 64, L = 4096 (512 pairs) against
+# split-K's 152, and 171 at B = 256, L = 1024 (2048 pairs) against 156.
 SPLIT_K_PAIRS_PER_SM = 4
 # Bytes of shared memory a block may have on sm_90, and the kernel's own use beside the ring (Layout).
 _SHARED_PER_BLOCK = 232448

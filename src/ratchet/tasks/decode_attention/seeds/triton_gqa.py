@@ -18,8 +18,8 @@ from L2. The head dim goes in two power-of-two parts (576 = 512 + 64, 96 = 64 + 
 padded to the next power of two, which for 576 would double the tiles.
 B * Hkv programs are plenty at batch 64 and beyond, but a single sequence gets only 8 (Hkv) of an H200's 132
 SMs, each walking the whole context: that is what triton_split_k.py is about. On the H200 (2026-11-30,
-docs/measurements/2026-11-30-h200-session4): 68 us at B = 1, L = 4096 (6% of the roofline), 0.8-0.92 of it
-from B = 64.
+docs/results/landscapes/2026-11-30__decode_attention__triton_gqa.json): 68 us at B = 1, L = 4096 (6% of the
+roofline), 0.8-0.92 of it from B = 64.
 """
 
 import math

@@ -11,7 +11,7 @@ in the merge (piece 0 is never empty, so m is finite). Lengths never leave the d
 comes from the padded L), so the kernel can be captured in a CUDA graph.
 SPLITS == 0 picks enough pieces for ~4 programs per SM, at least 4 blocks each (for 64-head wgmma tiles,
 which fill an SM alone: one wave of programs, at least 128 keys each); SPLITS == -1 as many pieces as
-fill one wave of the programs that fit an SM by shared memory (measured in session 7: no better than 32
+fill one wave of the programs that fit an SM by shared memory (measured 2026-11-30 (largest shapes): no better than 32
 pieces, see _split_count); with one piece (large batches) the first kernel writes the normalized output itself and
 the merge is skipped.
 The head dim goes in two power-of-two parts (DeepSeek-V3's absorbed MLA: G = 128, D = 576 = 512 + 64), as
@@ -20,12 +20,12 @@ more (MLA) goes in 64-head blocks on 8 warps, the rows of Hopper's warpgroup MMA
 the keys' own memory (MLA passes its cache as keys and its first 512 channels as values), each tile is
 loaded once and holds twice the positions.
 The EMULATE helpers make the interpreter (CPU tests) compute what the GPU does; see triton_gqa.py.
-On the H200 (2026-11-30, docs/measurements/2026-11-30-h200-session4): 16 us at B = 1, L = 4096 and 51-58 us
-at L = 32768 (issue 5 asks for 8 and 35), 0.85-0.92 of the roofline at B = 8 to 256. MLA (session 6): 89 us
-at B = 1, L = 32768 (eager reference 111) and 469 us at B = 32, L = 8192 (758). With the latent alone as
-the value (session 14, B = 32): 1051 us at L = 32768 and 281 at 8192 (1117 and 302 with values of 576),
-level with the reference under torch.compile on an aligned cache (1043 and 289): at 128 heads a kv head the
-reference is two cuBLAS GEMMs.
+On the H200 (2026-11-30, docs/results/landscapes/2026-11-30__decode_attention__triton_split_k.json): 16 us at
+B = 1, L = 4096 and 51-58 us at L = 32768 (the decode-attention goals: 8 and 35), 0.85-0.92 of the roofline at
+B = 8 to 256. MLA (2026-11-30, wgmma MLA tiles): 89 us at B = 1, L = 32768 (eager reference 111) and 469 us at
+B = 32, L = 8192 (758). With the latent alone as the value (2026-12-01, aligned e2e caches, B = 32): 1051 us
+at L = 32768 and 281 at 8192 (1117 and 302 with values of 576), level with the reference under torch.compile
+on an aligned cache (1043 and 289): at 128 heads a kv head the reference is two cuBLAS GEMMs.
 """
 
 import functools
@@ -206,15 +206,15 @@ def _split_count(programs, L, block, device, requested, G=1, wgmma=False, per_sm
     the workspace a piece writes (G x D fp32) stays under a quarter of the keys and values it reads.
     A wgmma tile (64 heads, 8 warps, all 255 registers) runs one program per SM, and is compute-bound at
     MLA: the most pieces that fit one wave of programs, each at least _MIN_KEYS_PER_WGMMA_SPLIT keys. On the
-    H200 (2026-11-30, session 6) the 4 G rule left DeepSeek's decode at B = 1, L = 1024 with 4 programs
+    H200 (2026-11-30, wgmma MLA tiles) the 4 G rule left DeepSeek's decode at B = 1, L = 1024 with 4 programs
     (2 pieces x 2 head blocks), 2.4% slower than eager attention over the whole step; compute there, not
     the workspace, is the cost.
     requested == -1 (one wave): as many pieces as fill ``per_sm`` programs per SM exactly once, each at
     least _MIN_BLOCKS_PER_SPLIT blocks. For sm_90 the Llama tile (BLOCK_L 64, D 128) takes 70 KB of shared
-    memory, so 3 programs fit an SM, not 4. At B = 1, L = 32768 on the H200 (session 4's landscape) the
-    default's 528 programs (1.33 waves of 396) took 57.8 us and 256 programs 50.6. Session 7 measured the
-    one wave (392 programs): 52.7 us, against 51.3 for 32 pieces and 57.8 for the default in the same
-    call, and 144 / 141 / 164 us at L = 131072: filling the wave is not what 32 pieces gain.
+    memory, so 3 programs fit an SM, not 4. At B = 1, L = 32768 on the H200 (2026-11-30's first landscape) the
+    default's 528 programs (1.33 waves of 396) took 57.8 us and 256 programs 50.6. A later run (2026-11-30, largest
+    shapes) measured the one wave (392 programs): 52.7 us, against 51.3 for 32 pieces and 57.8 for the default
+    in the same call, and 144 / 141 / 164 us at L = 131072: filling the wave is not what 32 pieces gain.
     """
     blocks = triton.cdiv(L, block)
     if requested > 0:

@@ -8,8 +8,8 @@ developer's ad-hoc script (not yet through `ratchet eval`; see docs/NOTES.md): [
 = 3.95 TB/s, [4096, 4096] 22 us; decode shapes (T <= 256) 5-8 us, launch-bound. torch's fused
 rms_norm took 203 / 27 / 11-18 us in the same script.
 HINTS (Inductor's choice, read from its generated kernel on the H200, 2026-11-30): x and the weight are
-loaded evict_last. With the judge's L2 flush before every call (a probe script, in
-docs/measurements/2026-11-30-h200-session9/call2-rmsnorm-softmax-splitk/), bf16: T=16384 H=4096 62.7 us
+loaded evict_last. With the judge's L2 flush before every call (a probe script;
+docs/results/2026-11-30-largest-shapes-peers.md), bf16: T=16384 H=4096 62.7 us
 with hints against 64.7-65.2 without (torch.compile 71.0); H=8192 124.0-124.6 at 16 warps against 128.5
 (torch.compile 124.0-124.1). Reading x a second time after the reduction, as Inductor also does, changed
 nothing (124.1 at 16 warps). Judged by benchmarks/suite.py: 62.7 and 124.3 us (torch.compile 71.5 and 124.1).

@@ -2,7 +2,7 @@
 
 The idea: a 128k-wide row is too wide for one block, so the Triton seeds split it over programs that meet
 through global memory: pass 1 writes each piece's (max, sum), pass 2 reads x again. On the H200 that second
-read misses L2 about half the time (ncu, session 10: 50% hit rate in triton_online's pass 2), because the
+read misses L2 about half the time (ncu, 2026-11-30: 50% hit rate in triton_online's pass 2), because the
 program that reads a piece again runs on any SM, and the L2 half that kept the piece may be the other one.
 Here the pieces of a row are the blocks of one cluster (sm_90), which the hardware runs at the same time on
 one GPC: each block loads its piece into registers, reduces its (max, sum), and the blocks exchange those
@@ -18,7 +18,7 @@ C = the fewest that hold it (ceil(N / (THREADS * (PER_THREAD + SMEM_PER_THREAD))
 of the GPU for few rows (132 SMs / M), at most MAX_CLUSTER and at most one block per THREADS elements,
 rounded down to a power of two. Clusters stay within the portable size, 8: a 16-block cluster (the
 non-portable attribute set) failed to launch on the H200 for 256-thread blocks of 32 values
-(cudaErrorInvalidClusterSize, session 10) though the occupancy API said it fit. A row too wide for C
+(cudaErrorInvalidClusterSize, 2026-11-30) though the occupancy API said it fit. A row too wide for C
 blocks takes rounds: pass 1 merges the rounds online and pass 2 reads x again (from the L2 of the same
 SMs). Rows past the grid's 65535 loop.
 
@@ -31,8 +31,8 @@ task's fp32 rtol for every |d| a float can hold in the sum.
 
 THREADS, PER_THREAD and SMEM_PER_THREAD reach the source as -D defines, so each is its own cached build
 (ratchet.cuda_build). On the H200 (fp32, N = 128256, median CUDA-graph replay after the judge's L2 flush,
-`docs/measurements/2026-11-30-h200-session11/`): the default (32 + 32 values, clusters of 8) takes 24.1 us
-at 64 rows, 76.3 at 256, 16.4 at 32 and 9.0 for one row; 64 values in registers alone (session 10's
+docs/results/2026-11-30-softmax-cluster-shared.md): the default (32 + 32 values, clusters of 8) takes 24.1 us
+at 64 rows, 76.3 at 256, 16.4 at 32 and 9.0 for one row; 64 values in registers alone (the earlier
 default) 26.2 / 83.4 / 17.8 / 8.5; triton_online 23.1 / 101.9 / 15.3 / 7.3. One wave did not bring 64 rows
 to the 16-19 us estimated: every block reads its piece, then every block writes, and nothing overlaps the
 two phases, where the two-pass Triton seed's pass 2 reads and writes at once.

@@ -11,13 +11,13 @@ re-reading x (mostly from L2). PROGRAMS is the number of programs aimed at over 
 pieces per row follow from it and M); PROGRAMS == 1 is the plain one-program-per-row online softmax.
 On the H200 (2026-11-30, fp32, the default config, which then meant 256 programs): 64 x 128256 took
 34.5 us, 45% of the copy roofline, and 1 x 128256 7.2 us under a CUDA graph.
-Cache hints (session 9, H200, 2026-11-30, the judge's flush, a probe script in
-docs/measurements/2026-11-30-h200-session9/call2-rmsnorm-softmax-splitk/): pass 1's loads evict_last,
+Cache hints (H200, 2026-11-30, the judge's flush, a probe script; docs/NOTES.md,
+"2026-11-30 (cache hints)"): pass 1's loads evict_last,
 pass 2's loads evict_first and its stores streamed (.cs), so the second read finds x in L2 instead of
 behind the output's lines. 64 x 128256 under a CUDA graph: 27.9 us without hints (256 programs), 25.0
 with them, 24.2 with 512 programs (now the default; 1024: 27.5). 256 x 128256: 108.8 -> 102.5 us; one
 row 7.1 -> 7.3.
-Fewer exps (session 10, same probe method, docs/measurements/2026-11-30-h200-session10/): ncu showed pass 1
+Fewer exps (same probe method; docs/NOTES.md, "2026-11-30 (softmax cluster seed)"): ncu showed pass 1
 at 2.7 TB/s, stalled on the exp unit (two exps per element in the online update), and pass 2 finding only
 half of x in L2. With one running (m, s) per 4 neighbours, 64 x 128256 under a CUDA graph: 24.1 -> 23.1 us;
 16 rows 12.0 -> 11.1, 256 rows 103 -> 102, one row 7.2 -> 7.3. Prefetching the next tile in both passes
@@ -34,7 +34,7 @@ SPACE = {"BLOCK_N": [4096, 2048, 8192], "PROGRAMS": [512, 256, 1024, 1], "num_wa
 # nothing yet, where -inf - (-inf) would be NaN.
 _NEG_BIG = -3.0e38
 # Pass 1 keeps one running (m, s) per 4 neighbours: 16-byte fp32 loads give each thread 4 neighbours, and
-# ncu (session 10) found pass 1 stalled on the exp unit with one (m, s) per element.
+# ncu (2026-11-30, softmax cluster seed) found pass 1 stalled on the exp unit with one (m, s) per element.
 _VEC = 4
 
 

@@ -14,9 +14,9 @@ for at most one program per SM (an empty SM always has room for one), so all of 
 whatever their registers. A row that fits one piece waits for nobody; the Triton interpreter runs the
 programs one after another, so there every row is one piece.
 
-On the H200 (2026-11-30, fp32, the default config, `benchmarks/suite.py --tasks softmax --shapes 3
---graph-below 100`): 64 x 128256 28.8 us under a CUDA graph (the two-kernel online seed 33.1; issue 5's
-goal 20), 256 x 128256 97.7 us (116.9), one row 9.4 us (7.2: eight programs do not fill the SMs).
+On the H200 (2026-11-30, fp32, the default config, `python -m benchmarks.suite --tasks softmax --shapes 3
+--graph-below 100`): 64 x 128256 28.8 us under a CUDA graph (the two-kernel online seed 33.1; the softmax
+goal: 20), 256 x 128256 97.7 us (116.9), one row 9.4 us (7.2: eight programs do not fill the SMs).
 That run also found a race in rows of one piece, fixed since (see the comment at the barrier) and not
 yet measured on a GPU.
 """

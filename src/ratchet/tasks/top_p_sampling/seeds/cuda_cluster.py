@@ -2,7 +2,7 @@
 that runs over registers and shared memory.
 
 The idea: the Triton seeds make three passes over the logits in global memory (the split-row seed), and
-each pass is bound by the instructions of a one-hot histogram (ncu, session 10: 75 issued per logit),
+each pass is bound by the instructions of a one-hot histogram (ncu, 2026-11-30: 75 issued per logit),
 because Triton has neither a weighted histogram nor a place to keep a 128k-wide row. Here a row's pieces
 are the blocks of one cluster (sm_90). Each block loads its piece once (THREADS x PER_THREAD values in
 registers, THREADS x SMEM_PER_THREAD in shared memory, as in the softmax seed), and the blocks exchange
@@ -40,7 +40,7 @@ Limits: fp32 CUDA logits; a row must fit its cluster's registers and shared memo
 wider row is a ValueError. THREADS, PER_THREAD and SMEM_PER_THREAD are -D defines: each is one cached
 build (ratchet.cuda_build). Clusters use at most the portable size, 8.
 
-Measured on the H200 (2026-11-30, session 12, `python benchmarks/eval_seeds.py --tasks top_p_sampling
+Measured on the H200 (2026-11-30, top-p cluster seed, `python -m benchmarks.probes.eval_seeds --tasks top_p_sampling
 --seeds cuda_cluster --where V=129280 --first-dtype --repeats 1`, judged; docs/benchmarks.md): B=64 45.0-45.1
 us (split-row 149.5 at its default in the same kind of run, 134 at its best config), B=1 33.0-33.5,
 B=16 34.4-34.7, B=256 123.2-123.8. The first version (exp2f, one exchange for the max, block-wide
@@ -99,7 +99,7 @@ namespace cg = cooperative_groups;
 // Internal linkage for everything but the entry point: each config is its own module, and a static local
 // of a template function (the opt-in guard in launch) would otherwise be one symbol shared by every
 // module loaded in the process (STB_GNU_UNIQUE), so a second config skipped its opt-in and failed to
-// launch (session 12, on the H200).
+// launch (2026-11-30, on the H200).
 namespace {
 constexpr int kThreads = CFG_THREADS;
 constexpr int kWarps = kThreads / 32;
@@ -177,7 +177,7 @@ __device__ __forceinline__ float philox_uniform(uint64_t seed, uint64_t offset, 
 // zero, far under the task's 1e-5). Not fmaf(x, log2 e, -m log2 e): m log2 e is rounded, and at |m| ~ 1e30
 // (a test row) that rounding alone is ~1e23 in the exponent. Not exp2f: its denormal fix-up costs four
 // instructions a logit. volatile: otherwise the compiler hoists x - m of all 32 register logits out of
-// the level loop and spills them (session 12: 120 bytes of stack, a local load a logit in every pass).
+// the level loop and spills them (2026-11-30: 120 bytes of stack, a local load a logit in every pass).
 __device__ __forceinline__ float mass(float x, float m) {
   float y;
   asm volatile("{\n\t.reg .f32 d;\n\tsub.f32 d, %1, %2;\n\tmul.f32 d, d, 0f3FB8AA3B;\n\tex2.approx.ftz.f32 %0, d;\n\t}"
@@ -680,7 +680,7 @@ def _run(logits, top_p, THREADS, PER_THREAD, SMEM_PER_THREAD, MAX_CLUSTER):
                          defines={"CFG_THREADS": THREADS, "CFG_PER_THREAD": PER_THREAD,
                                   "CFG_SMEM_PER_THREAD": SMEM_PER_THREAD}, no_implicit_headers=True)
     # Checked here, not only in C++: a C++ exception from this module has crashed the process on the H200
-    # (session 12) instead of raising.
+    # (2026-11-30) instead of raising.
     if not (logits.is_cuda and logits.dim() == 2 and logits.dtype == torch.float32):
         raise ValueError(f"top_p: expects fp32 CUDA logits [B, V], got {logits.dtype} {tuple(logits.shape)} "
                          f"on {logits.device}")

@@ -1,7 +1,7 @@
 """Seed: top-p sampling with pivots placed from a subsample of each row: one heavy pass over the logits.
 
 The idea: the split-row seed finds the cut with two levels of 16-cell histograms on a fixed grid, and on
-the H200 its passes are bound by instructions (ncu, session 10: 75 per logit in the first). A person who
+the H200 its passes are bound by instructions (ncu, 2026-11-30: 75 per logit in the first). A person who
 knows where the cut roughly lies needs only a few exact sums around it. Every 64th logit of a row says
 roughly where: sorted, with their masses scaled by 64, they estimate the crossing rank. Pivots set around
 that estimate, and at fixed distances below the max for rows where a few tokens hold the mass, bracket the
@@ -37,8 +37,8 @@ The kernels (S chunks per row, one program per (chunk, row) for the passes, one 
 ``nucleus_mask`` returns the nucleus the kernel sampled from, for tests.
 
 Cost: three passes over the logits (1 and 5 light, 3 about 40 operations per logit) and six launches.
-Measured on the H200 (2026-11-30, session 11, median CUDA-graph replay after the judge's L2 flush,
-`docs/measurements/2026-11-30-h200-session11/`): 270-285 us at B=64, V=129280 (split-row 135), 42-46 at
+Measured on the H200 (2026-11-30, median CUDA-graph replay after the judge's L2 flush,
+docs/results/2026-11-30-top-p-sampled-pivots.md): 270-285 us at B=64, V=129280 (split-row 135), 42-46 at
 B=1 (41), 521-616 at B=256 (463). The estimate written before a GPU ran it was 50-60 us at B=64; the first
 version (a sorted subsample, rank pivots) took 2.9 ms. What costs: the subsample's estimate is poor on the
 task's rows, where a few hundred heavy tokens hold the mass and the subsample holds a handful of them, so on

@@ -5,11 +5,11 @@ against its merge, a seed's main kernel against the copies around it) and how th
 with the call's own time under a CUDA graph, whose difference is the launches' gaps. It is a diagnostic,
 not a verdict: no checks, the candidate in this process. L2 is flushed before each call by inverting a
 buffer twice its size (``bitwise_not``: a kernel no candidate of these tasks launches, so its launches
-are told apart and left out of the table). That is the judge's flush before session 8, without its
+are told apart and left out of the table). That is the judge's flush before 2026-11-30 (flush write-back), without its
 second, read-only pass: the first kernel to touch memory pays the write-back of the flush's dirty lines
-(3-5 µs on the H200, benchmarks/flush_cost.py), so read the shares and the gaps, not the absolute times.
+(3-5 µs on the H200, benchmarks/probes/flush_cost.py), so read the shares and the gaps, not the absolute times.
 
-    python benchmarks/kernel_breakdown.py --task decode_attention \\
+    python -m benchmarks.probes.kernel_breakdown --task decode_attention \\
         --seed-file src/ratchet/tasks/decode_attention/seeds/triton_split_k.py --where B=1 L=4096 \\
         --config '{"SPLITS": 32}'
 """
@@ -24,8 +24,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.probes.kernel_breakdown ...")
+
 import torch
-from subset import parse_where, subset_task
+from benchmarks.common import command_line, parse_where, record_results, subset_task
 
 from ratchet.candidate import CandidateError, load_candidate
 from ratchet.task import Task, TaskError, load_task
@@ -86,7 +89,8 @@ def _graph_us(fn, flush, replays: int = 50) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def breakdown(task: Task, seed_file: Path, config: dict, calls: int) -> str:
+def breakdown(task: Task, seed_file: Path, config: dict, calls: int, records: list[dict] | None = None) -> str:
+    """The table; each kernel's figures are appended to ``records`` too when given."""
     spec = importlib.util.spec_from_file_location("ratchet_breakdown_candidate", seed_file)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -117,8 +121,16 @@ def breakdown(task: Task, seed_file: Path, config: dict, calls: int) -> str:
         for r in rows:
             lines.append(f"| {label} | `{_short(r.name)}` | {r.launches_per_call:g} | {r.us_per_call:.2f} | "
                          f"{100 * r.us_per_call / total:.0f}% |")
+        graph_us = _graph_us(call, flush)
         lines.append(f"| {label} | **sum of kernels** | | {total:.2f} | |")
-        lines.append(f"| {label} | **one call, CUDA graph** | | {_graph_us(call, flush):.2f} | |")
+        lines.append(f"| {label} | **one call, CUDA graph** | | {graph_us:.2f} | |")
+        if records is not None:
+            base = {"task": task.name, "candidate": seed_file.name, "config": config, "shape": dict(shape),
+                    "dtype": str(dtype).removeprefix("torch.")}
+            records += [{**base, "kernel": r.name, "launches_per_call": r.launches_per_call,
+                         "us_per_call": r.us_per_call, "share": r.us_per_call / total} for r in rows]
+            records.append({**base, "kernel": "(one call, CUDA graph)", "us_per_call": graph_us,
+                            "sum_of_kernels_us": total})
     return "\n".join(lines)
 
 
@@ -143,7 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("kernel_breakdown: needs a CUDA device", file=sys.stderr)
         return 2
-    print(breakdown(task, args.seed_file, config, args.calls))
+    records: list[dict] = []
+    print(breakdown(task, args.seed_file, config, args.calls, records))
+    record_results("kernel_breakdown", records, device="cuda",
+                   command=command_line("benchmarks.probes.kernel_breakdown", argv))
     return 0
 
 

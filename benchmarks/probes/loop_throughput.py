@@ -4,8 +4,8 @@ Runs `ratchet run` (the tuner over a seed's SPACE, in a scratch ledger) for a fi
 while a thread per GPU samples its utilization through NVML every 20 ms. ``--gpus 0,1`` runs the loop
 with one worker per GPU (`ratchet run --gpus`), the same run as on one GPU but judged on both.
 
-    python benchmarks/loop_throughput.py --task rmsnorm --budget 12 --out out/
-    python benchmarks/loop_throughput.py --task rmsnorm --budget 12 --gpus 0,1 --out out/
+    python -m benchmarks.probes.loop_throughput --task rmsnorm --budget 12 --out out/
+    python -m benchmarks.probes.loop_throughput --task rmsnorm --budget 12 --gpus 0,1 --out out/
 """
 
 from __future__ import annotations
@@ -14,15 +14,20 @@ import argparse
 import contextlib
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-import torch
-from rich.console import Console
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.probes.loop_throughput ...")
 
+import torch
+
+from benchmarks.common import command_line, record_results
 from ratchet.cli.common import UsageError, parse_gpus
+from ratchet.report.terminal import make_console
 from ratchet.run.ledger import Ledger
 from ratchet.run.run_command import RunRequest, start_or_resume
 
@@ -34,7 +39,7 @@ BUILD_CACHES = ("TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR")
 @contextlib.contextmanager
 def fresh_build_caches(root: Path):
     """Empty Triton and CUDA C++ build caches under ``root`` for the run, the environment restored after.
-    Two runs in one call otherwise compare a cold first run with a warm second one: in session 8 a CUDA
+    Two runs in one call otherwise compare a cold first run with a warm second one: on 2026-11-30 a CUDA
     config's first call took 17-27 s on two GPUs (its nvcc build) and 0.5 s on one GPU right after."""
     saved = {name: os.environ.get(name) for name in BUILD_CACHES}
     try:
@@ -125,7 +130,7 @@ def timed_kernel_seconds(attempts: list[dict]) -> float:
     return total
 
 
-def main():
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="rmsnorm")
     parser.add_argument("--budget", type=int, default=12)
@@ -135,7 +140,7 @@ def main():
                         help="use this machine's Triton and CUDA C++ build caches (default: empty ones for the run, "
                              "so builds are counted the same in every run)")
     parser.add_argument("--out", default="out")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.gpus and device != "cuda":
         parser.error("--gpus needs CUDA GPUs, and this machine has none")
@@ -150,7 +155,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp, Ledger(Path(tmp) / "ledger.sqlite") as ledger, \
             (contextlib.nullcontext() if args.warm_caches else fresh_build_caches(Path(tmp))):
         start_or_resume(ledger, RunRequest(task=args.task, budget=args.budget, device=device, gpus=args.gpus),
-                        Console(stderr=True))
+                        make_console(stderr=True))
         attempts = ledger.list_runs()[0]["attempts"]
         recorded = ledger.attempts(ledger.list_runs()[0]["id"])
         phases, calls = phase_means(recorded), timed_call_means(recorded)
@@ -161,11 +166,12 @@ def main():
         per_attempt = [{"number": i + 1, "config": a.get("config"), "judge_wall_s": a.get("judge_wall_s"),
                         "phases_s": (a.get("extra") or {}).get("phases_s"),
                         "judge_host_s": (a.get("extra") or {}).get("judge_host_s")} for i, a in enumerate(recorded)]
-    busy = []
+    busy, busy_pct = [], []
     for sampler in samplers:
         sampler.stop.set()
         sampler.join()
-        busy.append(f"{sum(sampler.samples) / max(1, len(sampler.samples)):.0f}%")
+        busy_pct.append(sum(sampler.samples) / max(1, len(sampler.samples)))
+        busy.append(f"{busy_pct[-1]:.0f}%")
     name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     gpus = f" on GPUs {','.join(map(str, args.gpus))}" if args.gpus else ""
     text = (f"{name}, {time.strftime('%Y-%m-%d')}, {args.task}{gpus}: {attempts} attempts in {wall:.0f} s = "
@@ -178,7 +184,13 @@ def main():
     (Path(args.out) / "loop_throughput.txt").write_text(text + "\n")
     (Path(args.out) / "attempts.json").write_text(json.dumps(per_attempt, indent=1) + "\n")
     print(text)
+    record_results("loop_throughput", [{"task": args.task, "gpus": list(args.gpus), "attempts": attempts,
+                                        "wall_s": wall, "candidates_per_min": 60 * attempts / wall,
+                                        "busy_nvml_pct": busy_pct, "timed_kernel_share": kernel_s / wall,
+                                        "warm_caches": args.warm_caches}],
+                   device=device, command=command_line("benchmarks.probes.loop_throughput", argv))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -4,18 +4,23 @@ For each (shape, dtype) of a task's device shape set: the first call (compiles),
 with the poison, a call under the profiler (the forbidden-op check), the fetch of outputs and inputs,
 and the float64 reference the judge computes for it. Writes ``judge_phase_costs.md`` under --out.
 
-    python benchmarks/judge_phase_costs.py --task rmsnorm \
+    python -m benchmarks.probes.judge_phase_costs --task rmsnorm \
         --seed-file src/ratchet/tasks/rmsnorm/seeds/triton_rowwise.py --shapes 4 --out out/
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.probes.judge_phase_costs ...")
+
 import torch
 
+from benchmarks.common import command_line, record_results
 from ratchet.judge.worker import Harness
 from ratchet.task import load_task
 
@@ -30,13 +35,13 @@ def timed(fn):
     return result, (time.perf_counter() - t0) * 1000.0
 
 
-def main():
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="rmsnorm")
     parser.add_argument("--seed-file", required=True)
     parser.add_argument("--shapes", type=int, default=4, help="the first N public shapes of each dtype")
     parser.add_argument("--out", default="out")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     task = load_task(args.task)
     harness = Harness()
@@ -45,7 +50,7 @@ def main():
             f"{time.strftime('%Y-%m-%d')}; load {load_ms:.0f} ms",
             "| shape | dtype | first call ms | call ms | poisoned ms | profiled ms | fetch ms | float64 ref ms |",
             "|---|---|---|---|---|---|---|---|"]
-    seed = 0
+    seed, records = 0, []
     for dtype in task.dtypes:
         for shape in task.shape_set(device).public[: args.shapes]:
             def call(**extra):
@@ -67,11 +72,18 @@ def main():
             label = " ".join(f"{k}={v}" for k, v in shape.items())
             rows.append(f"| {label} | {str(dtype).removeprefix('torch.')} | " + " | ".join(f"{c:.1f}" for c in costs) + " |")
             print(rows[-1], flush=True)
+            records.append({"task": task.name, "candidate": Path(args.seed_file).name, "shape": dict(shape),
+                            "dtype": str(dtype).removeprefix("torch."), "load_ms": load_ms,
+                            **dict(zip(("first_call_ms", "call_ms", "poisoned_ms", "profiled_ms", "fetch_ms",
+                                        "float64_reference_ms"), costs))})
     text = "\n".join(rows)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "judge_phase_costs.md").write_text(text + "\n")
     print(text)
+    record_results("judge_phase_costs", records, device=device,
+                   command=command_line("benchmarks.probes.judge_phase_costs", argv))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

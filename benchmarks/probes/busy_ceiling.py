@@ -1,6 +1,6 @@
 """The most of a GPU's time the judge's timing protocol can keep busy, with nothing else in the way.
 
-Issue 4 asks the loop to keep the GPU busy at least 70% of a run (NVML's utilization.gpu: the share of
+The loop's busy-share goal is to keep the GPU busy at least 70% of a run (NVML's utilization.gpu: the share of
 time any kernel runs). Whatever a loop overlaps, a microsecond kernel's timed calls are its densest GPU
 work: correctness calls and compiles keep the GPU busier than that only if they run more kernels.
 So this script times one candidate's calls back to back in one process, as the judge's worker makes
@@ -16,7 +16,7 @@ evaluation in between, while a thread samples NVML every 20 ms. For scale it run
 Columns: calls per second, wall time per call, NVML's busy share, and the share of wall time that is
 the kernel itself (its CUDA-event time); ``hold`` is the launch hold's share at the boost clock.
 
-    python benchmarks/busy_ceiling.py --task benchmarks/tasks/rmsnorm_decode.py \\
+    python -m benchmarks.probes.busy_ceiling --task benchmarks/tasks/rmsnorm_decode.py \\
         --seed-file src/ratchet/tasks/rmsnorm/seeds/triton_rowwise.py --where T=1 H=4096 --out out/
 """
 
@@ -29,7 +29,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))  # loop_throughput.py and subset.py, when run as a script
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.probes.busy_ceiling ...")
+
+from benchmarks.common import command_line, record_results
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -65,7 +68,7 @@ def resolve(args: argparse.Namespace):
 
 def pick_shape(task, where: list[str]) -> dict:
     """The first public GPU shape with the sizes of ``where`` (``K=V`` items); ValueError when none has."""
-    from subset import parse_where, subset_task
+    from benchmarks.common import parse_where, subset_task
 
     return dict(subset_task(task, "cuda", shapes=1, where=parse_where(where)).shape_set("cuda").public[0])
 
@@ -144,7 +147,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("busy_ceiling: needs a CUDA device (NVML's busy share means nothing on the CPU)", file=sys.stderr)
         return 2
-    from loop_throughput import BusySampler
+    from benchmarks.probes.loop_throughput import BusySampler
 
     dtype = str(task.dtypes[0]).removeprefix("torch.")
     harness = Harness()
@@ -178,6 +181,9 @@ def main(argv=None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "busy_ceiling.md").write_text(table + "\n")
         (out / "busy_ceiling.json").write_text(json.dumps({"header": header, "rows": rows}, indent=1))
+    record_results("busy_ceiling", [{"task": task.name, "shape": shape, "dtype": dtype, "candidate": Path(candidate.path).name,
+                                     "config": config, "seconds_per_row": args.seconds, **row} for row in rows],
+                   device="cuda", command=command_line("benchmarks.probes.busy_ceiling", argv))
     return 0
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from subset import subset_task
+from benchmarks.common import subset_task
 
 from ratchet.candidate import Candidate
 from ratchet.judge.check import as_tuple, check_values

@@ -1,28 +1,32 @@
 """Judge every seed of the given tasks twice on one device and write a table.
 
-Measures what issue 2 asks of the judge on real hardware: per-shape speedup and fraction of the
+Measures what the judge must show on real hardware: per-shape speedup and fraction of the
 roofline for each seed, run-to-run agreement of the median (two full evaluations, same session), and
 the judge's own wall time per evaluation (what a user waits).
 
-    python benchmarks/eval_seeds.py --tasks rmsnorm top_p_sampling --out out/
+    python -m benchmarks.probes.eval_seeds --tasks rmsnorm top_p_sampling --out out/
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
+
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.probes.eval_seeds ...")
 
 import torch
 
 from ratchet.candidate import load_candidate
 from ratchet.judge import JudgeOptions, evaluate
 from ratchet.task import load_task
-from subset import describe_subset, parse_where, subset_task
+from benchmarks.common import command_line, describe_subset, parse_where, record_results, subset_task, verdict_rows
 
 
-def main():
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", default=["rmsnorm", "top_p_sampling"])
     parser.add_argument("--seeds", nargs="*", help="only seeds whose file name contains one of these")
@@ -38,7 +42,7 @@ def main():
     parser.add_argument("--config", nargs="+", metavar="JSON", type=_config,
                         help="judge each seed at these configs (JSON objects) instead of its defaults")
     parser.add_argument("--out", default="out")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     try:
         where = parse_where(args.where)
     except ValueError as exc:
@@ -74,6 +78,10 @@ def main():
         walls = [r["judge_wall_s"] for r in rec["runs"]]
         print(f"judge wall time {rec['task']}/{rec['seed']}: {', '.join(f'{w:.1f}' for w in walls)} s "
               f"verdicts {[r['verdict'] for r in rec['runs']]} speedup {[r['speedup'] for r in rec['runs']]}")
+    record_results("eval_seeds", [row for rec in records for i, run in enumerate(rec["runs"]) for row in verdict_rows(
+        run, task=rec["task"], candidate=rec["seed"], config=rec["config"], run=i + 1)], device=args.device,
+        command=command_line("benchmarks.probes.eval_seeds", argv))
+    return 0
 
 
 def _config(text: str) -> dict:
@@ -112,4 +120,4 @@ def table_rows(task: str, seed: str, runs: list[dict]) -> list[str]:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -11,13 +11,13 @@ Weights are counted from the workload itself (``ratchet.e2e.workloads.build``, p
 meta device: nothing is allocated) and the cache from its ``cache_shapes``. Routed experts touched by B
 tokens of top-k routing over E experts: E * (1 - (1 - k/E)^B) in expectation for uniform routing (each
 token picks k distinct experts). That is an assumption, and for the deepseek workload too high: on the
-H200 (2026-11-30, session 7, `ratchet profile deepseek --batch 32 --context 32768`) its two MoE layers'
+H200 (2026-11-30 (largest shapes), `ratchet profile deepseek --batch 32 --context 32768`) its two MoE layers'
 grouped GEMMs took 5.90 ms, under the 6.7 ms this count's bytes need at the copy rate, so its random
 router touches fewer experts; at the MoE the floor here is an upper bound, and reference / floor a
 lower bound on what a stack could gain.
 
-    python benchmarks/step_floor.py --workloads llama deepseek --contexts 8192 32768 --batch 32 \
-        --copy-tbps 4.22 --e2e docs/measurements/2026-11-30-h200-session4/call{3,5}*/e2e/e2e_stack.json
+    python -m benchmarks.probes.step_floor --workloads llama deepseek --contexts 8192 32768 --batch 32 \
+        --copy-tbps 4.22 --e2e out/e2e/e2e_stack.json
 """
 
 from __future__ import annotations
@@ -25,12 +25,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.probes.step_floor ...")
 
 import torch
 from torch import nn
 
+from benchmarks.common import command_line, record_results
 from ratchet.e2e.workloads import build, config_for
 from ratchet.e2e.workloads.config import WORKLOADS
 from ratchet.e2e.workloads import core
@@ -108,7 +113,7 @@ def _measured(paths: list[Path]) -> dict:
     return out
 
 
-def main():
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     parser.add_argument("--contexts", nargs="+", type=int, default=[8192, 32768])
@@ -119,24 +124,29 @@ def main():
     parser.add_argument("--e2e", type=Path, nargs="+", default=[],
                         help="e2e_stack.json files (benchmarks/e2e_stack.py) whose step times to compare")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here (markdown)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if min(args.contexts + args.batch) < 1:
         parser.error("--contexts and --batch must be positive")
     missing = [str(p) for p in args.e2e if not p.is_file()]
     if missing:
         parser.error(f"--e2e: no such file: {', '.join(missing)}")
     measured = _measured(args.e2e)
-    lines = [f"Byte floor of one decode step at {args.copy_tbps:g} TB/s (`python benchmarks/step_floor.py "
+    lines = [f"Byte floor of one decode step at {args.copy_tbps:g} TB/s (`python -m benchmarks.probes.step_floor "
              f"--copy-tbps {args.copy_tbps:g} ...`)", "",
              "| workload | context | batch | weights GB | of which experts GB | cache GB | floor us "
              "| reference us | stack us | reference / floor (most any stack can gain) | stack / floor |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for name in args.workloads:
         for context in args.contexts:
             for batch in args.batch:
                 f = step_floor(name, batch, context, args.size)
                 floor = f.floor_us(args.copy_tbps)
                 ref, top = measured.get((name, context, batch), (None, None))
+                rows.append({"workload": name, "size": args.size, "context": context, "batch": batch,
+                             "copy_tbps": args.copy_tbps, "weight_gb": f.weight_bytes / 1e9,
+                             "expert_gb": f.expert_bytes / 1e9, "cache_gb": f.cache_bytes / 1e9, "floor_us": floor,
+                             "reference_us": ref, "stack_us": top})
                 cells = [f"{ref:.0f}" if ref else "–", f"{top:.0f}" if top else "–",
                          f"{ref / floor:.2f}x" if ref else "–", f"{top / floor:.2f}x" if top else "–"]
                 lines.append(f"| {name} | {context} | {batch} | {f.weight_bytes / 1e9:.2f} | {f.expert_bytes / 1e9:.2f} "
@@ -146,7 +156,10 @@ def main():
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
+    # A count, not a measurement: the device is the copy rate given (the command says it).
+    record_results("step_floor", rows, device="counted", command=command_line("benchmarks.probes.step_floor", argv))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -4,25 +4,29 @@
 deferred-write copies, the thread and process census, verification of timed outputs, the clock
 checks, the source scan); correctness against the reference and the timing protocol stay.
 
-    python benchmarks/guard_cost.py --task rmsnorm --seed-file src/ratchet/tasks/rmsnorm/seeds/triton_rowwise.py
+    python -m benchmarks.probes.guard_cost --task rmsnorm --seed-file src/ratchet/tasks/rmsnorm/seeds/triton_rowwise.py
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from pathlib import Path
+
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.probes.guard_cost ...")
 
 import torch
 
 from ratchet.candidate import load_candidate
 from ratchet.judge import JudgeOptions, evaluate
 from ratchet.task import load_task
-from subset import subset_task
+from benchmarks.common import command_line, record_results, subset_task
 
 
-def main():
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="rmsnorm")
     parser.add_argument("--seed-file", required=True)
@@ -31,7 +35,7 @@ def main():
     parser.add_argument("--shapes", type=int, help="only the first N public shapes and the first dtype "
                         "(a full rmsnorm evaluation on the H200 takes minutes)")
     parser.add_argument("--out", default="out")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     task, cand = load_task(args.task), load_candidate(args.seed_file)
     task = subset_task(task, args.device, args.shapes, first_dtype=bool(args.shapes))
     walls = {True: [], False: []}
@@ -57,7 +61,13 @@ def main():
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "guard_cost.md").write_text(text + "\n")
     print(text)
+    record_results("guard_cost", [
+        {"task": args.task, "candidate": Path(args.seed_file).name, "guards": guarded, "repeats": args.repeats,
+         "median_wall_s": statistics.median(walls[guarded]),
+         **{f"{key}_s": statistics.median(p.get(key, 0.0) for p in phases[guarded]) for key in ("start", "correctness", "timing")}}
+        for guarded in (True, False)], device=args.device, command=command_line("benchmarks.probes.guard_cost", argv))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -5,17 +5,17 @@ the table is saved; then TPE, random and exhaustive-in-order search are replayed
 search seeds (Kernel Tuner's simulation mode: a config's outcome does not depend on when it is tried),
 counting the trials and seconds each needs to first reach 98% of the best speedup.
 
-Measuring: by default in landscape mode (benchmarks/landscape.py: one process, the judge's timed-call
+Measuring: by default in landscape mode (benchmarks/probes/landscape.py: one process, the judge's timed-call
 code, first dtype, first ``--shapes`` public shapes); ``--full-judge`` runs ``ratchet.judge.evaluate``
 per config instead (what the 2026-11-30 H200 table is). A trial costs ``--judge-seconds S`` in the
 replay (the mean wall time of one full evaluation, measured separately), else the seconds the table
 recorded for that config.
 
-    python benchmarks/search_efficiency.py --all-triton-seeds --shapes 4 --out out/   # on a GPU
-    python benchmarks/search_efficiency.py --seed-files src/ratchet/tasks/top_p_sampling/seeds/cpu_*.py \
+    python -m benchmarks.probes.search_efficiency --all-triton-seeds --shapes 4 --out out/   # on a GPU
+    python -m benchmarks.probes.search_efficiency --seed-files src/ratchet/tasks/top_p_sampling/seeds/cpu_*.py \
         --device cpu --out out/
-    python benchmarks/search_efficiency.py --table out/landscapes/*.json --judge-seconds 21   # replay only
-    python benchmarks/search_efficiency.py --table ... --synthetic 8 --variants   # tuner variants (or name some)
+    python -m benchmarks.probes.search_efficiency --table out/landscapes/*.json --judge-seconds 21   # replay only
+    python -m benchmarks.probes.search_efficiency --table ... --synthetic 8 --variants   # tuner variants (or name some)
 """
 
 from __future__ import annotations
@@ -29,23 +29,25 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))  # landscape.py, when run as a script
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.probes.search_efficiency ...")
 
-from ratchet.candidate import Candidate, load_candidate  # noqa: E402
-from ratchet.run.ledger import config_key  # noqa: E402
-from ratchet.search.base import Outcome  # noqa: E402
-from ratchet.search.tune import TuneProposer, TuneSettings  # noqa: E402
-from ratchet.task import TaskError, load_task  # noqa: E402
+from benchmarks.common import command_line, record_results
+from ratchet.candidate import Candidate, load_candidate
+from ratchet.run.ledger import config_key
+from ratchet.search.base import Outcome
+from ratchet.search.tune import TuneProposer, TuneSettings
+from ratchet.task import TaskError, load_task
 
 WITHIN = 0.98
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MIN_CONFIGS = 8  # smaller spaces say little about a searcher
 # Search variants compared by --variants: (sampler, TuneSettings); docs/NOTES.md has the numbers that
 # chose the default.
 VARIANTS = {
     # before 2026-11-30's bounded repeats
     "tpe-old": ("tpe", TuneSettings(asks=None, fallback="first", zero_last=False, neighbours_below=0)),
-    "tpe-2026-11": ("tpe", TuneSettings(zero_last=False, neighbours_below=0)),  # the default before session 16
+    "tpe-2026-11": ("tpe", TuneSettings(zero_last=False, neighbours_below=0)),  # default to 2026-12-01
     "neighbours-always": ("tpe", TuneSettings(neighbours_below=10**9)),
     "ordinal": ("tpe", TuneSettings(ordinal=True)),
     "ordinal-multivariate": ("tpe", TuneSettings(ordinal=True, multivariate=True)),
@@ -62,7 +64,7 @@ def triton_seeds() -> list[Path]:
 
 def measure(seed_file: Path, device: str, shapes: int, full_judge: bool, partial: Path,
             task_spec: str | None = None) -> dict:
-    from landscape import LandscapeOptions, measure_landscape, restricted_task
+    from benchmarks.probes.landscape import LandscapeOptions, measure_landscape, restricted_task
 
     from ratchet.task import load_task
 
@@ -97,14 +99,14 @@ def table_candidate(table: dict) -> Candidate:
                          constraints=tuple(table.get("constraints", ())))
     candidate = load_candidate(ROOT / table["seed_file"])
     # The seed's SPACE may have grown since the table was measured (softmax's PROGRAMS gained 512 and
-    # rmsnorm a HINTS key in session 9): replay over the keys and values the table holds, in the seed's
+    # rmsnorm a HINTS key on 2026-11-30): replay over the keys and values the table holds, in the seed's
     # order, so every proposal has a row.
     measured = {key: {json.dumps(r["config"][key]) for r in table["rows"] if key in r["config"]}
                 for key in candidate.space}
     space = {key: tuple(v for v in values if json.dumps(v) in measured[key])
              for key, values in candidate.space.items() if measured[key]}
     candidate = dataclasses.replace(candidate, space=space)
-    # A run cut short (session 16's split-row table lacks 1 of 42) leaves combinations unmeasured: the
+    # A run cut short (2026-12-01's split-row table lacks 1 of 42) leaves combinations unmeasured: the
     # replay excludes each by a constraint, as if the seed had never allowed it.
     have = {config_key(r["config"]) for r in table["rows"]}
     missing = tuple("not (" + " and ".join(f"{k} == {v!r}" for k, v in c.items()) + ")"
@@ -144,7 +146,7 @@ def shape_weight(task_name: str):
 def summarize_table(table: dict, searches: dict, seeds: int, judge_s: float | None,
                     own_reference: bool = False) -> list[dict]:
     if not own_reference:
-        from landscape import pooled_reference
+        from benchmarks.probes.landscape import pooled_reference
 
         table = pooled_reference(table, shape_weight(table["task"]))
     n = len(table["rows"])
@@ -170,7 +172,7 @@ def write(rows: list[dict], out: Path, note: str):
     return "\n".join(lines)
 
 
-def main():
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed-file", "--seed-files", dest="seed_files", nargs="+", default=[],
                         help="seeds whose SPACE is measured (the task is the seed's folder)")
@@ -191,7 +193,7 @@ def main():
                              "out of the ranking)")
     parser.add_argument("--search-seeds", type=int, default=21)
     parser.add_argument("--out", default="out")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     out = Path(args.out)
     (out / "landscapes").mkdir(parents=True, exist_ok=True)
     searches = {"tpe": ("tpe", None), "random": ("random", None), "grid": ("grid", None)}
@@ -207,7 +209,7 @@ def main():
             f"a trial costs {cost}; configs scored {scored}.")
     tables = [json.loads(Path(t).read_text()) for t in args.table]
     if args.synthetic:
-        from landscape import synthetic_table
+        from benchmarks.probes.landscape import synthetic_table
 
         tables += [synthetic_table(s) for s in range(args.synthetic)]
     seeds = [Path(p) for p in args.seed_files] + (triton_seeds() if args.all_triton_seeds else [])
@@ -218,7 +220,7 @@ def main():
     if seeds:
         import torch
 
-        from landscape import CPU_POLICY, GPU_POLICY, estimate_s
+        from benchmarks.probes.landscape import CPU_POLICY, GPU_POLICY, estimate_s
 
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         if device == "cpu":  # Triton seeds run under Triton's interpreter here, as in the judge's CPU workers
@@ -239,7 +241,11 @@ def main():
     if not rows:
         parser.error("nothing to do: give --table, --synthetic, --seed-files or --all-triton-seeds")
     print(write(rows, out, note))
+    # Each row names the device its table was measured on (a replay measures nothing new).
+    record_results("search_efficiency", rows, device=args.device or "replay",
+                   command=command_line("benchmarks.probes.search_efficiency", argv))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

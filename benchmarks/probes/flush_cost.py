@@ -1,6 +1,6 @@
 """What the L2 flush itself costs the timed call: memory-bound calls timed after each kind of flush.
 
-The judge flushes the L2 before every timed call by writing a buffer twice its size (DESIGN.md). Written
+The judge flushes the L2 before every timed call by writing a buffer twice its size (docs/design.md). Written
 lines are dirty, and a call that starts with an L2 full of them pays for their write-back to DRAM inside
 its own timed window. ``ratchet.judge.timing.L2Flusher`` therefore reads a second buffer after the write.
 This measures, side by side in one process, the same calls after: the judge's flusher (written, then
@@ -8,22 +8,27 @@ read); the write alone (the judge before 2026-11-30); no flush (the previous cal
 dirty lines). Each row is the median of ``--reps`` calls, each after the flush and a 200 µs hold so the
 launch is queued before the start event, as in the judge. The copies give the ceiling at the same bytes.
 
-    python benchmarks/flush_cost.py --out out/flush_cost.md
+    python -m benchmarks.probes.flush_cost --out out/flush_cost.md
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 import time
 from pathlib import Path
 
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.probes.flush_cost ...")
+
 import torch
 
+from benchmarks.common import command_line, record_results
 from ratchet.judge.timing import L2Flusher
 
-SEED_DIR = Path(__file__).resolve().parent.parent / "src/ratchet/tasks/rmsnorm/seeds"
+ROWWISE = Path(__file__).resolve().parents[2] / "src/ratchet/tasks/rmsnorm/seeds/triton_rowwise.py"
 
 
 def timed_median_us(fn, flush, reps: int) -> float:
@@ -52,8 +57,9 @@ def emit_table(lines: list[str], out: Path | None) -> None:
 
 def calls() -> dict[str, tuple]:
     """name -> (function, bytes moved): a 268 MB rmsnorm (the task's largest H=4096 shape) and copies."""
-    sys.path.insert(0, str(SEED_DIR))
-    import triton_rowwise
+    spec = importlib.util.spec_from_file_location("triton_rowwise", ROWWISE)
+    triton_rowwise = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(triton_rowwise)
 
     x = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
@@ -86,12 +92,16 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"{torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d')}, L2 "
              f"{torch.cuda.get_device_properties(0).L2_cache_size / 2**20:.0f} MiB, median of {args.reps}",
              "| call | flush | median µs | TB/s |", "|---|---|---|---|"]
+    rows = []
     for name, (fn, nbytes) in calls().items():
         for label, flush in flushes.items():
             us = timed_median_us(fn, flush, args.reps)
+            rows.append({"call": name, "flush": label, "median_us": us, "achieved_tbps": nbytes / us / 1e6,
+                         "reps": args.reps})
             lines.append(f"| {name} | {label} | {us:.1f} | {nbytes / us / 1e6:.2f} |")
             print(lines[-1], flush=True)
     emit_table(lines, args.out)
+    record_results("flush_cost", rows, device="cuda", command=command_line("benchmarks.probes.flush_cost", argv))
     return 0
 
 

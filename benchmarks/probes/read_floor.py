@@ -12,13 +12,13 @@ writes can be judged faster. A one-element fill gives the protocol's own floor (
 Sizes come from a task's cost model (every public GPU shape, or those that match ``--where``) or from
 ``--mb``:
 
-    python benchmarks/read_floor.py --task decode_attention --where B=1 Hq=32 --out out/read_floor.md
-    python benchmarks/read_floor.py --mb 16.8 134.2
+    python -m benchmarks.probes.read_floor --task decode_attention --where B=1 Hq=32 --out out/read_floor.md
+    python -m benchmarks.probes.read_floor --mb 16.8 134.2
 
-On the H200 (2026-12-01, session 15, the first command above): the B = 1 caches of decode attention at
-L = 4096 / 32768 / 131072 (16.8 / 134.2 / 536.9 MB) read in 8.29 / 33.38 / 119.02 µs at best; the fill took
-3.14. The probe this script came from tried 17 ways and read the first two in 8.13 and 32.90 at best
-(docs/measurements/2026-12-01-h200-session15/).
+On the H200 (2026-12-01, the first command above; docs/results/2026-12-01-read-floor.md): the B = 1 caches of
+decode attention at L = 4096 / 32768 / 131072 (16.8 / 134.2 / 536.9 MB) read in 8.29 / 33.38 / 119.02 µs at
+best; the fill took 3.14. The probe this script came from tried 17 ways and read the first two in 8.13 and
+32.90 at best (docs/benchmarks.md, "2026-12-01 (decode read floor)").
 """
 
 from __future__ import annotations
@@ -29,9 +29,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
+    sys.exit("run it from the repository root as: python -m benchmarks.probes.read_floor ...")
+
 import torch
-from flush_cost import emit_table, timed_median_us
-from subset import parse_where, subset_task
+from benchmarks.probes.flush_cost import emit_table, timed_median_us
+from benchmarks.common import command_line, parse_where, record_results, subset_task
 
 from ratchet.cuda_build import load_cached
 from ratchet.judge.timing import L2Flusher
@@ -152,7 +155,7 @@ class ReadKernel:
         return f"16-byte loads {blocks} x {self.threads} threads"
 
 
-# Session 15's probe (docs/measurements/2026-12-01-h200-session15/call1_read_floor.log) tried 17 ways; these
+# The probe of 2026-12-01 (docs/benchmarks.md, "2026-12-01 (decode read floor)") tried 17 ways; these
 # four were within 1% of its best at 16.8 and 134.2 MB.
 READ_KERNELS = (ReadKernel("bulk", 1, 32768, 6), ReadKernel("bulk", 2, 32768, 3), ReadKernel("bulk", 4, 16384, 3),
                 ReadKernel("vector", 8, threads=256))
@@ -186,7 +189,8 @@ def megabyte_sizes(mbs: list[float]) -> list[Size]:
     return [Size(f"{mb:g} MB", int(mb * 1e6)) for mb in mbs]
 
 
-def measure(sizes: list[Size], reps: int) -> list[str]:
+def measure(sizes: list[Size], reps: int, rows: list[dict] | None = None) -> list[str]:
+    """The table's lines; each size's figures are appended to ``rows`` too when given."""
     module = load_cached("ratchet_read_floor", CUDA_SRC, CPP_SRC, ["bulk", "vector"], no_implicit_headers=True)
     flush = L2Flusher(torch.device("cuda"))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -227,6 +231,10 @@ def measure(sizes: list[Size], reps: int) -> list[str]:
         lines.append(f"| {size.label} | {mb:.1f} | {us:.2f} | {mb / us:.2f} | {mb / (us - fill_us):.2f} | "
                      f"{best.label()} | {every} |")
         print(lines[-1], flush=True)
+        if rows is not None:
+            rows.append({"size": size.label, "mb": mb, "best_read_us": us, "achieved_tbps": mb / us,
+                         "tbps_past_fill": mb / (us - fill_us), "fill_us": fill_us, "best_way": best.label(),
+                         "reps": reps})
         del buffer
     return lines
 
@@ -254,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("read_floor: needs a CUDA device", file=sys.stderr)
         return 2
-    emit_table(measure(sizes, args.reps), args.out)
+    rows: list[dict] = []
+    emit_table(measure(sizes, args.reps, rows), args.out)
+    record_results("read_floor", rows, device="cuda", command=command_line("benchmarks.probes.read_floor", argv))
     return 0
 
 
