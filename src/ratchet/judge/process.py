@@ -16,7 +16,6 @@ import os
 import pickle
 import re
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -29,7 +28,7 @@ from multiprocessing.connection import Connection
 import psutil
 
 from ratchet.judge import box as box_module
-from ratchet.judge.box import GRACE_S, BoxPlan, build_cache_env
+from ratchet.judge.box import GRACE_S, BoxPlan, build_cache_env, remove_tree
 
 LOG_TAIL_BYTES = 64 * 1024  # a worker may print megabytes: only the end of its log is read
 CRASH_PREFIX = "ratchet-worker-crash:"  # the worker's own last word before it ends itself (worker.py)
@@ -289,17 +288,4 @@ class WorkerProcess:
         self.conn.close()
         self.log.close()
         os.close(self.beats)
-        shutil.rmtree(self.scratch, onerror=_force_remove)
-
-
-def _force_remove(func, path, exc_info):
-    """rmtree's error handler: a candidate may leave folders without write or search permission."""
-    try:
-        os.chmod(os.path.dirname(path), 0o700)
-        if os.path.isdir(path):
-            os.chmod(path, 0o700)
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
-    except OSError:
-        pass
+        remove_tree(self.scratch)
