@@ -170,10 +170,14 @@ def test_compiling_beyond_the_allowance_is_a_timeout(fake_compiler, monkeypatch)
 
 
 # -- memory ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["memory_runaway", "memory_huge"])
-def test_host_memory_exhaustion_is_out_of_memory(name):
+@pytest.mark.parametrize("name, detail", [
+    ("memory_runaway", "GiB of host memory (limit 1.0 GiB)"),  # the judge's RSS watch
+    ("memory_huge", "can't allocate memory"),  # the worker's address-space limit, at once
+])
+def test_host_memory_exhaustion_is_out_of_memory(name, detail):
     v = judge(name)
     assert v.verdict == "error" and codes(v) == ["out_of_memory"], v.reasons
+    assert detail in v.reasons[0].detail
 
 
 # -- orphans --------------------------------------------------------------------------------------------
