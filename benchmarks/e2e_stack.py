@@ -8,11 +8,11 @@ Steps, each in its own child process (``_step`` below) under a time limit:
 1. ``--run-task T --budget N``: ``ratchet run`` (the tuner over T's seeds) into ``--ledger`` (default
    ``<out>/ledger.sqlite``, so the ledger and the gate files come back with the results); ``--runs`` adds
    existing runs of that ledger.
-2. Each run's best kernel gated on each workload with ``ratchet.gate.run_gate`` on the gate's default grid
+2. Each run's best kernel gated on each workload with ``ratchet.e2e.gate.run_gate`` on the gate's default grid
    (``--gate-contexts`` trims it; a gate that leaves out a default context does not promote, which the
    table says). Only runs whose gate passed in this session go into the stack; ``--no-gate`` instead
-   trusts gate files already next to the ledger (``ratchet.stack`` checks them as always).
-3. One ``ratchet.stack.run_stack`` per row: eager, + kernels, + CUDA graphs, + torch.compile, and the
+   trusts gate files already next to the ledger (``ratchet.e2e.stack`` checks them as always).
+3. One ``ratchet.e2e.stack.run_stack`` per row: eager, + kernels, + CUDA graphs, + torch.compile, and the
    reference torch.compile + CUDA graphs without the kernels, all timed interleaved in one session.
    Beside each row, the reference over the step's byte floor (``step_floor.py`` at the measured copy
    rate): the most any stack could gain there.
@@ -52,8 +52,8 @@ DRAIN_S = 90.0
 def _step_run(spec: dict) -> dict:
     from rich.console import Console
 
-    from ratchet.ledger import Ledger
-    from ratchet.run_command import RunRequest, start_or_resume
+    from ratchet.run.ledger import Ledger
+    from ratchet.run.run_command import RunRequest, start_or_resume
 
     with Ledger(spec["ledger"]) as ledger:
         before = {r["id"] for r in ledger.list_runs()}
@@ -72,8 +72,8 @@ def _run_info(ledger, run_id: str) -> dict:
 
 
 def _step_gate(spec: dict) -> dict:
-    from ratchet.gate import GateError, GateRequest, covers_default_grid, default_grid, gates_dir_for, run_gate
-    from ratchet.ledger import Ledger
+    from ratchet.e2e.gate import GateError, GateRequest, covers_default_grid, default_grid, gates_dir_for, run_gate
+    from ratchet.run.ledger import Ledger
 
     grid = default_grid(spec["size"])
     if spec["contexts"]:  # as `ratchet gate --contexts`: exactly those, nothing added where memory allows
@@ -93,8 +93,8 @@ def _step_gate(spec: dict) -> dict:
 
 
 def _step_stack(spec: dict) -> dict:
-    from ratchet.ledger import Ledger
-    from ratchet.stack import StackRequest, run_stack
+    from ratchet.run.ledger import Ledger
+    from ratchet.e2e.stack import StackRequest, run_stack
 
     request = StackRequest(workload=spec["workload"], runs=tuple(spec["runs"]), size=spec["size"],
                            device=spec["device"], batch=spec["batch"], context=spec["context"],
@@ -187,7 +187,7 @@ class Session:
             triton_version = triton.__version__
         except ImportError:
             triton_version = None
-        from ratchet.gate import device_name
+        from ratchet.e2e.gate import device_name
 
         self.data = {"meta": {
             "device": args.device, "device_name": device_name(args.device), "size": args.size,
@@ -265,7 +265,7 @@ class Session:
         a = self.args
         runs = [{"run": r, "how": "given"} for r in a.runs]
         if a.runs:
-            from ratchet.ledger import Ledger
+            from ratchet.run.ledger import Ledger
 
             with Ledger(self.ledger, create=False) as ledger:
                 for entry in runs:
@@ -296,7 +296,7 @@ class Session:
         self.rows(stacked)
 
     def _run_ids(self) -> list[str]:
-        from ratchet.ledger import Ledger
+        from ratchet.run.ledger import Ledger
 
         if not Path(self.ledger).exists():
             return []
@@ -304,7 +304,7 @@ class Session:
             return [r["id"] for r in ledger.list_runs()]
 
     def _run_info(self, run_id: str) -> dict:
-        from ratchet.ledger import Ledger
+        from ratchet.run.ledger import Ledger
 
         with Ledger(self.ledger, create=False) as ledger:
             return _run_info(ledger, run_id)
@@ -461,7 +461,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if args.runs and not args.ledger:
         p.error("--runs needs --ledger")
     if args.runs:  # unknown runs or ledgers: one line and exit 2 before any step starts
-        from ratchet.ledger import Ledger, LedgerError
+        from ratchet.run.ledger import Ledger, LedgerError
 
         try:
             with Ledger(args.ledger, create=False) as ledger:

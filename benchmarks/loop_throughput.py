@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from ratchet.cli import UsageError, parse_gpus
-from ratchet.ledger import Ledger
-from ratchet.run_command import RunRequest, start_or_resume
+from ratchet.cli.common import UsageError, parse_gpus
+from ratchet.run.ledger import Ledger
+from ratchet.run.run_command import RunRequest, start_or_resume
 
 
 # Where Triton and torch's cpp_extension keep their builds; the judge's workers inherit the environment.

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))  # landscape.py, when run as a script
 
 from ratchet.candidate import Candidate, load_candidate  # noqa: E402
-from ratchet.ledger import config_key  # noqa: E402
+from ratchet.run.ledger import config_key  # noqa: E402
 from ratchet.search.base import Outcome  # noqa: E402
 from ratchet.search.tune import TuneProposer, TuneSettings  # noqa: E402
 from ratchet.task import TaskError, load_task  # noqa: E402

@@ -7,7 +7,7 @@ floor is the most any stack of kernels could gain over that reference. Activatio
 and the attention scores are left out (all small at decode), so the floor is a little low: honest for
 saying what cannot be reached, not for claiming what can.
 
-Weights are counted from the workload itself (``ratchet.workloads.build``, parameters made on PyTorch's
+Weights are counted from the workload itself (``ratchet.e2e.workloads.build``, parameters made on PyTorch's
 meta device: nothing is allocated) and the cache from its ``cache_shapes``. Routed experts touched by B
 tokens of top-k routing over E experts: E * (1 - (1 - k/E)^B) in expectation for uniform routing (each
 token picks k distinct experts). That is an assumption, and for the deepseek workload too high: on the
@@ -31,9 +31,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ratchet.workloads import build, config_for
-from ratchet.workloads.config import WORKLOADS
-from ratchet.workloads import core
+from ratchet.e2e.workloads import build, config_for
+from ratchet.e2e.workloads.config import WORKLOADS
+from ratchet.e2e.workloads import core
 
 
 @dataclass(frozen=True)

@@ -416,7 +416,7 @@ def run_named_in(path: Path) -> str | None:
 
 
 def best_from_ledger(run: str, ledger_path, dest: Path) -> tuple[dict, str | None]:
-    from ratchet.ledger import Ledger, LedgerError, default_ledger_path, write_standalone
+    from ratchet.run.ledger import Ledger, LedgerError, default_ledger_path, write_standalone
 
     try:
         with Ledger(default_ledger_path(ledger_path), create=False) as ledger:
@@ -429,7 +429,7 @@ def best_from_ledger(run: str, ledger_path, dest: Path) -> tuple[dict, str | Non
 
 
 def run_budget(run: str, ledger_path) -> str:
-    from ratchet.ledger import Ledger, LedgerError, default_ledger_path
+    from ratchet.run.ledger import Ledger, LedgerError, default_ledger_path
 
     try:
         with Ledger(default_ledger_path(ledger_path), create=False) as ledger:

@@ -43,8 +43,8 @@ def write_subset_task(name: str, device: str, shapes: int | None, first_dtype: b
 
 def run_one(ledger_path: Path, task_file: Path, device: str, seconds: float, budget: int | None,
             console: Console) -> dict:
-    from ratchet.ledger import Ledger
-    from ratchet.run_command import RunRequest, start_or_resume
+    from ratchet.run.ledger import Ledger
+    from ratchet.run.run_command import RunRequest, start_or_resume
 
     t0 = time.perf_counter()
     with Ledger(ledger_path) as ledger:

@@ -3,16 +3,17 @@ attempts with the loop's keep rule, and `ratchet mcp` serves the same as MCP too
 spawns the server over stdio and calls every tool)."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
-from ratchet.agents_api import CODES_NOT_FOR_AGENTS
+from ratchet.agents.api import CODES_NOT_FOR_AGENTS
 from ratchet.cli import main
 from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES
-from ratchet.ledger import Ledger
+from ratchet.run.ledger import Ledger
 
 SRC = Path(__file__).parent.parent / "src" / "ratchet"
 SEED = str(SRC / "tasks" / "rmsnorm" / "seeds" / "cpu_torch.py")
@@ -76,7 +77,7 @@ def test_program_writes_the_run_and_commands_and_refuses_overwrite(tmp_path, cap
 def test_eval_run_records_attempts_with_the_keep_rule(tmp_path, capsys):
     ledger = str(tmp_path / "l.sqlite")
     with Ledger(ledger) as led:
-        from ratchet.agents_api import create_agent_run
+        from ratchet.agents.api import create_agent_run
         from ratchet.task import load_task
 
         run = create_agent_run(led, load_task("rmsnorm"), "cpu")
@@ -143,8 +144,10 @@ def test_mcp_client_calls_every_tool(tmp_path):
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
     ledger = tmp_path / "l.sqlite"
-    params = StdioServerParameters(command=sys.executable, cwd=str(tmp_path),
-                                   args=["-m", "ratchet.cli", "mcp", "--ledger", str(ledger), "--device", "cpu"])
+    # The SDK passes a server only a few variables of its own choosing unless given env: RATCHET_CACHE (the
+    # suite's private ceilings cache) and PYTHONPATH (the code under test) must reach the server too.
+    params = StdioServerParameters(command=sys.executable, cwd=str(tmp_path), env=dict(os.environ),
+                                   args=["-m", "ratchet", "mcp", "--ledger", str(ledger), "--device", "cpu"])
     seed_source = Path(SEED).read_text()
 
     async def session_calls():

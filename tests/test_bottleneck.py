@@ -2,9 +2,9 @@
 
 import json
 
-from ratchet.bottleneck import COMPUTE, MEMORY, OVERHEAD, UNKNOWN, classify, classify_row, ridge_point
+from ratchet.diagnose.bottleneck import COMPUTE, MEMORY, OVERHEAD, UNKNOWN, classify, classify_row, ridge_point
 from ratchet.cli import main
-from ratchet.ledger import Ledger
+from ratchet.run.ledger import Ledger
 from test_ledger import SOURCE, make_verdict, new_run
 
 H200 = {"copy_tbps": 4.27, "matmul_tflops": 788.0}  # measured on an H200 (docs/NOTES.md): ridge ~185 FLOP/B

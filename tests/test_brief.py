@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import inspect
 import json
+import time
 
 import pytest
 
-from ratchet.brief import DEFAULT_MAX_CHARS, BriefError, build_brief
+from ratchet.agents.brief import DEFAULT_MAX_CHARS, BriefError, build_brief
 from ratchet.cli import main
 from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES, Reason
-from ratchet.ledger import Ledger
+from ratchet.run.ledger import Ledger
 from ratchet.task import load_task
 from test_ledger import make_verdict, new_run
 
@@ -108,9 +109,15 @@ def test_brief_holds_what_an_agent_needs(tmp_path, rmsnorm):
 def test_measured_ceilings_give_the_floors(tmp_path, rmsnorm):
     cache = tmp_path / "cache" / "ceilings.json"
     cache.parent.mkdir()
-    cache.write_text(json.dumps({"NVIDIA H200 | 570.1": {
-        "device_name": "NVIDIA H200", "driver": "570.1", "copy_tbps": 4.0, "matmul_tflops": 700.0,
-        "measured_at": "2026-11-30", "method": "2 GiB copy"}}))
+    from dataclasses import asdict
+
+    from ratchet.hardware.ceilings import Ceilings
+
+    when = time.time() - 86400  # a day old: within the cache's 7 days
+    measured_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+    entry = Ceilings("NVIDIA H200", "570.1", 4.0, 700.0, measured_at, "2 GiB copy", torch_version="2.13",
+                     host="gpu-host", measured_unix=when)
+    cache.write_text(json.dumps({entry.key: asdict(entry)}))
     led, run = cuda_ledger(tmp_path / "l.sqlite")
     with led:
         brief = build_brief(rmsnorm, led, run)
@@ -118,7 +125,7 @@ def test_measured_ceilings_give_the_floors(tmp_path, rmsnorm):
     assert "measured ceilings of NVIDIA H200" in goal and "datasheet numbers" not in goal
     assert "| T=16384 H=8192 | 0.5 | 134 |" in goal  # 536,887,296 bytes at 4.0 TB/s
     assert "ridge point (matmul rate / copy bandwidth = 175 FLOP/B)" in goal
-    assert "Measured ceilings (cached, 2026-11-30): copy 4 TB/s" in sections(brief)["Hardware"]
+    assert f"Measured ceilings (cached, {measured_at}): copy 4 TB/s" in sections(brief)["Hardware"]
 
 
 def test_no_history_shows_the_seeds(rmsnorm):

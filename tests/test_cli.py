@@ -14,7 +14,7 @@ HONEST = str(DATA / "candidates" / "axpby_honest.py")
 
 
 def ratchet(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "ratchet.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ratchet", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -79,7 +79,7 @@ def test_eval_crash_is_error_exit_2_with_json():
     (("eval", TASK, HONEST, "--device", "tpu"), "invalid choice"),
     (("eval", str(DATA / "candidates" / "axpby_honest.py"), HONEST), "defines no TASK"),
     (("eval", str(DATA / "candidates" / "axpby_import_error.py"), HONEST), "failed to import"),
-    (("frobnicate",), "invalid choice"),
+    (("frobnicate",), "unknown command 'frobnicate'"),
 ])
 def test_bad_input_one_line_exit_2(args, needle):
     line = one_line_error(ratchet(*args, "--device", "cpu") if args[0] == "eval" and "--device" not in args
@@ -127,7 +127,7 @@ def test_gpus_list_is_checked_before_a_run_starts(monkeypatch):
     # would time two evaluations at once on it), and only with --device cuda.
     import torch
 
-    from ratchet.cli import UsageError, parse_gpus
+    from ratchet.cli.common import UsageError, parse_gpus
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert parse_gpus("0,1", "cuda") == [0, 1]
@@ -136,3 +136,25 @@ def test_gpus_list_is_checked_before_a_run_starts(monkeypatch):
                           ("0,x", "is not a list of GPU indices"), ("0", "needs --device cuda")):
         with pytest.raises(UsageError, match=message):
             parse_gpus(text, "cpu" if message.startswith("needs") else "cuda")
+
+
+def test_python_dash_m_ratchet_is_the_ratchet_command():
+    proc = ratchet("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("ratchet ")
+    assert ratchet("tasks", "--json").returncode == 0
+
+
+def test_a_mistyped_command_or_flag_gets_a_suggestion_and_its_own_help():
+    proc = ratchet("rn", "rmsnorm")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "ratchet: error: unknown command 'rn'; did you mean 'run'? (see 'ratchet --help')"
+    proc = ratchet("run", "rmsnorm", "--bugdet", "3")
+    assert proc.returncode == 2
+    assert "did you mean --budget?" in proc.stderr and "(see 'ratchet run --help')" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_help_does_not_import_torch():
+    code = "import sys; from ratchet.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "False", proc.stderr

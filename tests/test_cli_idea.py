@@ -3,7 +3,7 @@
 import json
 
 from ratchet.cli import main
-from ratchet.ledger import Ledger
+from ratchet.run.ledger import Ledger
 from test_ledger import SOURCE, make_verdict, new_run
 
 

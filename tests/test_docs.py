@@ -19,7 +19,7 @@ def test_tasks_md_example_passes_the_judge(tmp_path):
     assert set(files) == {"gelu_task.py", "gelu_kernel.py"}
     for name, body in files.items():
         (tmp_path / name).write_text(body)
-    proc = subprocess.run([sys.executable, "-m", "ratchet.cli", "eval", "gelu_task.py", "gelu_kernel.py",
+    proc = subprocess.run([sys.executable, "-m", "ratchet", "eval", "gelu_task.py", "gelu_kernel.py",
                            "--device", "cpu", "--json", "--config", '{"CHUNK": 256}'],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     out = json.loads(proc.stdout)

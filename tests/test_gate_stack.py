@@ -19,11 +19,11 @@ import pytest
 import torch
 
 from ratchet.cli import main
-from ratchet.gate import (LOGITS_MARGIN, PERTURBATION_DRAWS, CaptureBreak, CaptureSimulation, GateRequest, _Gate,
+from ratchet.e2e.gate import (LOGITS_MARGIN, PERTURBATION_DRAWS, CaptureBreak, CaptureSimulation, GateRequest, _Gate,
                           default_grid, gate_path, logits_budget)
-from ratchet.ledger import Ledger, config_key, source_sha256
-from ratchet.workload_timing import CPU_STEP_POLICY, DecodeBench, Timing, compare
-from ratchet.workloads.registry import reference as op_reference
+from ratchet.run.ledger import Ledger, config_key, source_sha256
+from ratchet.e2e.step_timing import CPU_STEP_POLICY, DecodeBench, Timing, compare
+from ratchet.e2e.workloads.registry import reference as op_reference
 
 # Correct, and a little faster than the reference on the tiny workload's rows (measured 8.8 vs 9.4 us a
 # call on the CPU): the sum of squares by vector_norm, the scale in place.

@@ -1,8 +1,10 @@
 """`ratchet hw`: datasheet leads per GPU generation, name matching, and the CLI on a machine without a GPU."""
 
+import dataclasses
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -15,7 +17,7 @@ REQUIRED = ["A100", "L40S", "RTX 4090", "H100", "H200", "B200", "GB200", "RTX 50
 
 
 def ratchet(*args):
-    return subprocess.run([sys.executable, "-m", "ratchet.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "ratchet", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_every_required_sheet_present():
@@ -110,9 +112,69 @@ def test_cli_hw_unknown_detected_gpu(monkeypatch, capsys):
     assert "no sheet for this device" in capsys.readouterr().out
 
 
+def _entry(name="NVIDIA H200", driver="550.1", host="gpu-host / Xeon x64", age_s=0.0, copy_tbps=4.1, threads=None):
+    from ratchet.hardware.ceilings import Ceilings
+
+    now = time.time() - age_s
+    c = Ceilings(name, driver, copy_tbps, 700.0, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "test",
+                 torch_version=torch.__version__, threads=threads, host=host, measured_unix=now)
+    return c.key, dataclasses.asdict(c)
+
+
 def test_cached_ceilings_read_not_measured(tmp_path, monkeypatch):
+    """The newest usable entry of the device, never a measurement; old, malformed and other devices' ignored."""
     monkeypatch.setenv("RATCHET_CACHE", str(tmp_path))
     assert detect_mod.cached_ceilings("NVIDIA H200", "550.1") is None
-    entry = {"device_name": "NVIDIA H200", "driver": "550.1", "copy_tbps": 4.1}
-    (tmp_path / "ceilings.json").write_text(json.dumps({"NVIDIA H200 | 550.1": entry}))
-    assert detect_mod.cached_ceilings("NVIDIA H200", "550.1") == entry
+    newer, older, stale = _entry(age_s=10), _entry(host="other", age_s=100, copy_tbps=3.9), _entry(age_s=30 * 86400)
+    legacy = ("NVIDIA H200 | 550.1", {"device_name": "NVIDIA H200", "driver": "550.1", "copy_tbps": 9.9})
+    (tmp_path / "ceilings.json").write_text(json.dumps(dict([older, newer, legacy, _entry(name="NVIDIA B200")])))
+    assert detect_mod.cached_ceilings("NVIDIA H200", "550.1") == newer[1]
+    assert detect_mod.cached_ceilings("NVIDIA H200", None) == newer[1]
+    assert detect_mod.cached_ceilings("NVIDIA H200", "560.0") is None
+    (tmp_path / "ceilings.json").write_text(json.dumps(dict([stale, legacy])))
+    assert detect_mod.cached_ceilings("NVIDIA H200", "550.1") is None  # too old, or keyed the old way
+
+
+def test_cli_hw_lists_cached_ceilings_with_date_and_key(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RATCHET_CACHE", str(tmp_path))
+    good, stale = _entry(), _entry(driver="535.0", age_s=30 * 86400)
+    (tmp_path / "ceilings.json").write_text(json.dumps(dict([good, stale])))
+    assert cli.main(["hw", "--json"]) == 0
+    rows = {r["key"]: r for r in json.loads(capsys.readouterr().out)["cached_ceilings"]}
+    assert rows[good[0]]["usable"] and rows[good[0]]["measured_at"] == good[1]["measured_at"]
+    assert not rows[stale[0]]["usable"] and "days ago" in rows[stale[0]]["problem"]
+    assert cli.main(["hw"]) == 0
+    text = capsys.readouterr().out
+    assert good[0] in text and good[1]["measured_at"] in text and "used by the judge" in text
+    assert "not used: measured 30.0 days ago" in text
+
+
+def test_cli_hw_remeasure_renews_the_cpu_entry(tmp_path, monkeypatch, capsys):
+    from ratchet.hardware import ceilings as ceil
+
+    monkeypatch.setenv("RATCHET_CACHE", str(tmp_path))
+    monkeypatch.setattr(ceil, "_MEMO", {})
+    key = ceil.current_key("cpu")
+    (tmp_path / "ceilings.json").write_text(json.dumps({key: {**_entry()[1], "copy_tbps": 1e-6}}))
+    assert cli.main(["hw", "--remeasure", "--json"]) == 0
+    (measured,) = [m for m in json.loads(capsys.readouterr().out)["remeasured"] if m["device"] == "cpu"]
+    assert measured["key"] == key and measured["threads"] == ceil.JUDGE_CPU_THREADS and measured["copy_tbps"] > 1e-4
+    stored = json.loads((tmp_path / "ceilings.json").read_text())
+    if measured["cached"]:
+        assert stored[key]["copy_tbps"] == measured["copy_tbps"]
+    else:  # a busy machine: not cached, and the line says why
+        assert measured["busy"]
+    assert cli.main(["hw", "--remeasure"]) == 0
+    line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("cpu: ")]
+    assert len(line) == 1 and "TB/s" in line[0] and ("cached" in line[0])
+
+
+@pytest.mark.parametrize("args, says", [
+    (["hw", "--remeasure", "--device-name", "H200"], "--remeasure measures this machine"),
+    (["hw", "--remeasure", "--audit"], "does not take --remeasure"),
+])
+def test_cli_hw_remeasure_refusals(args, says):
+    proc = ratchet(*args)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0]

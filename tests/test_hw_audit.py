@@ -375,7 +375,7 @@ def test_cli_json_and_table(fake, capsys, monkeypatch):
 
 
 def test_cli_subprocess_no_gpu():
-    proc = subprocess.run([sys.executable, "-m", "ratchet.cli", "hw", "--audit", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "ratchet", "hw", "--audit", "--json"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

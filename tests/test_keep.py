@@ -3,7 +3,7 @@ is not, and ties go to the simpler code."""
 
 import numpy as np
 
-from ratchet.keep import KeepPolicy, decide
+from ratchet.run.keep import KeepPolicy, decide
 
 
 def verdict(shape_times: dict, ref=100.0, verdict="pass", seed=0, noise=0.02):

@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from ratchet import ledger as ledger_mod
+from ratchet.run import ledger as ledger_mod
 from ratchet.judge.verdict import Reason, ShapeResult, Verdict
-from ratchet.ledger import Ledger, LedgerError, default_ledger_path, source_sha256, write_standalone
+from ratchet.run.ledger import Ledger, LedgerError, default_ledger_path, source_sha256, write_standalone
 
 SOURCE = "def kernel(x, BLOCK=128):\n    return x\n"
 
@@ -67,7 +67,7 @@ def test_open_settings(led):
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000
-    assert led.schema_version == len(ledger_mod.MIGRATIONS) == 2
+    assert led.schema_version == len(ledger_mod.MIGRATIONS) == 3
 
 
 def test_create_get_list(led):
@@ -251,7 +251,7 @@ def test_failed_migration_rolls_back(tmp_path, monkeypatch):
         run = new_run(led)
     broken = "CREATE TABLE half (x);\nALTER TABLE no_such_table ADD COLUMN y;\n"
     monkeypatch.setattr(ledger_mod, "MIGRATIONS", ledger_mod.MIGRATIONS + [broken])
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(LedgerError, match="no such table: no_such_table"):  # one line, not a traceback
         Ledger(path)
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == len(ledger_mod.MIGRATIONS) - 1
@@ -288,7 +288,7 @@ def test_reader_during_a_write_transaction(tmp_path):
 CHILD = textwrap.dedent(
     """
     import os, sys
-    from ratchet.ledger import Ledger
+    from ratchet.run.ledger import Ledger
     led = Ledger(sys.argv[1])
     run = sys.argv[2]
     shapes = [{"shape": {"T": t, "H": 4096}, "times_us": [float(i) for i in range(200)]} for t in range(8)]
@@ -398,7 +398,10 @@ def test_v1_ledger_gains_ideas_and_keeps_attempts(tmp_path, monkeypatch):
     path = tmp_path / "ledger.sqlite"
     monkeypatch.setattr(ledger_mod, "MIGRATIONS", ledger_mod.MIGRATIONS[:V1_ONLY])
     with Ledger(path) as led:
-        run = new_run(led)
+        run = "r0000v1v1"
+        led._conn.execute(  # what a v1 Ratchet wrote: no owner columns
+            "INSERT INTO runs (id, task, task_path, device, device_name, proposer, status, created_at, updated_at)"
+            " VALUES (?, 'rmsnorm', 'p', 'cpu', 'test cpu', 'tune', 'running', 'then', 'then')", (run,))
         led._conn.execute(  # what a v1 Ratchet wrote: no idea_id or token columns yet
             "INSERT INTO attempts (run_id, seq, candidate_path, source, source_sha256, config_json, config_key,"
             " proposer, verdict, reasons_json, speedup, shapes_json, judge_wall_s, created_at)"
@@ -407,7 +410,9 @@ def test_v1_ledger_gains_ideas_and_keeps_attempts(tmp_path, monkeypatch):
         led._conn.commit()
     monkeypatch.undo()
     with Ledger(path) as led:
-        assert led.schema_version == 2
+        assert led.schema_version == 3
+        # No owner was recorded then: whether its process lives cannot be told, so it reads as stored.
+        assert led.get_run(run)["status"] == "running" and led.get_run(run)["owner_pid"] is None
         (att,) = led.attempts(run)
         assert att["speedup"] == 1.25 and att["idea_id"] is None and att["tokens_in"] is None
         assert led.ideas() == []

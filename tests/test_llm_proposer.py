@@ -25,8 +25,8 @@ import pytest
 
 from ratchet.candidate import load_candidate
 from ratchet.judge import JudgeOptions
-from ratchet.ledger import Ledger
-from ratchet.loop import Loop, RunLimits
+from ratchet.run.ledger import Ledger
+from ratchet.run.loop import Loop, RunLimits
 from ratchet.search.llm import LLMProposer, extract_candidate
 from ratchet.search.llm_client import LLMSettings, ModelCallError, make_chat
 from ratchet.task import load_task

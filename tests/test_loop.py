@@ -20,7 +20,7 @@ TUNABLE = str(DATA / "candidates" / "axpby_tunable.py")
 
 def ratchet(*args, ledger, timeout=600, cwd=None):
     env = dict(os.environ, RATCHET_LEDGER=str(ledger))
-    return subprocess.run([sys.executable, "-m", "ratchet.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ratchet", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=cwd)
 
 
@@ -43,7 +43,7 @@ def test_resume_after_sigkill_loses_and_repeats_nothing(tmp_path):
     rng = random.Random(7)
     killed_at = []
     for _ in range(2):
-        cmd = [sys.executable, "-m", "ratchet.cli", "run"]
+        cmd = [sys.executable, "-m", "ratchet", "run"]
         cmd += ["--resume", runs(ledger)[0]["id"]] if ledger.exists() and runs(ledger) else \
             [TASK, "--seed", TUNABLE, "--device", "cpu", "--budget", str(budget), "--sampler", "random"]
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -58,7 +58,7 @@ def test_resume_after_sigkill_loses_and_repeats_nothing(tmp_path):
         proc.wait()
         killed_at.append(runs(ledger)[0]["attempts"])
     run = runs(ledger)[0]
-    assert run["status"] == "running"  # killed, never marked finished
+    assert run["status"] == "gone"  # killed: the ledger says running, its process is gone
     before = attempts(ledger, run["id"])
     assert [row[0] for row in before] == list(range(1, len(before) + 1))
     done = ratchet("run", "--resume", run["id"], ledger=ledger)
@@ -123,6 +123,6 @@ def test_cpu_demo_end_to_end_and_best_file_passes_eval(tmp_path):
     assert [a["seq"] for a in data["attempts"]] == [1, 2] and data["best_history"]
     best = tmp_path / "best.py"
     assert ratchet("best", run["id"], "-o", str(best), ledger=ledger).returncode == 0
-    judged = subprocess.run([sys.executable, "-m", "ratchet.cli", "eval", "top_p_sampling", str(best), "--device",
+    judged = subprocess.run([sys.executable, "-m", "ratchet", "eval", "top_p_sampling", str(best), "--device",
                              "cpu", "--json", "--no-timing"], capture_output=True, text=True, timeout=600)
     assert judged.returncode == 0 and json.loads(judged.stdout)["verdict"] == "pass", judged.stdout[-2000:]

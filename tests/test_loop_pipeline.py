@@ -7,8 +7,8 @@ import time
 
 from ratchet.candidate import load_candidate
 from ratchet.judge import JudgeOptions
-from ratchet.ledger import Ledger
-from ratchet.loop import Loop, RunLimits
+from ratchet.run.ledger import Ledger
+from ratchet.run.loop import Loop, RunLimits
 from ratchet.search.tune import TuneProposer
 from ratchet.task import load_task
 from pathlib import Path
@@ -57,7 +57,7 @@ def test_a_slow_oldest_evaluation_does_not_idle_the_other_slots(tmp_path):
     # compile), the others 20 ms. Commits still go in proposal order, but while the first is judged the
     # other two slots keep judging the next proposals, up to two pipelines' worth uncommitted, and never
     # more than three at once.
-    from ratchet.loop import LOOKAHEAD, UNCOMMITTED_PIPELINES
+    from ratchet.run.loop import LOOKAHEAD, UNCOMMITTED_PIPELINES
     import threading
 
     task = load_task(str(DATA / "tasks" / "axpby.py"))

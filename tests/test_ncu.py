@@ -1,4 +1,4 @@
-"""ncu's counters (ratchet.ncu) offline: the raw-page CSV parser on fixtures in ncu's format, the
+"""ncu's counters (ratchet.diagnose.ncu) offline: the raw-page CSV parser on fixtures in ncu's format, the
 time-weighted summary, the counter rule, every way a profile is unavailable (with a fake ncu), where the
 counters show (`ratchet show`, the brief) and when the loop asks for them (passing GPU attempts only)."""
 
@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from ratchet import ncu
-from ratchet.bottleneck import (COMPUTE, MEMORY, OVERHEAD, classify_with_counters, counters_for_row)
+from ratchet.diagnose import ncu
+from ratchet.diagnose.bottleneck import (COMPUTE, MEMORY, OVERHEAD, classify_with_counters, counters_for_row)
 from ratchet.candidate import load_candidate
 from ratchet.cli import main
 from ratchet.judge import JudgeOptions
 from ratchet.judge.device_lock import DeviceLock
-from ratchet.ledger import Ledger
-from ratchet.loop import Loop, RunLimits
-from ratchet.record import attach_counters
+from ratchet.run.ledger import Ledger
+from ratchet.run.loop import Loop, RunLimits
+from ratchet.run.record import attach_counters
 from ratchet.search.tune import TuneProposer
 from ratchet.task import BUILTIN_TASKS_DIR, load_task
 from test_ledger import SOURCE, make_verdict, new_run
@@ -175,7 +175,7 @@ def test_a_profile_parses_what_ncu_logs(no_ncu, tmp_path, monkeypatch):
     assert argv[argv.index("--page") + 1] == "raw" and argv[argv.index("--profile-from-start") + 1] == "off"
     assert argv[argv.index("--metrics") + 1].split(",") == list(ncu.METRICS.values())
     target = argv[argv.index("-m") + 1:]
-    assert target[0] == "ratchet.ncu_target" and json.loads(target[target.index("--shape") + 1]) == {"N": 4096}
+    assert target[0] == "ratchet.diagnose.ncu_target" and json.loads(target[target.index("--shape") + 1]) == {"N": 4096}
     stored = result.to_json()
     assert stored["source"] == "ncu" and stored["summary"]["registers"] == 40 and len(stored["kernels"]) == 2
 
@@ -218,7 +218,7 @@ def test_show_gives_counters_next_to_the_class(tmp_path, capsys):
 
 
 def test_brief_gives_counters_next_to_the_class(tmp_path):
-    from ratchet.brief import build_brief
+    from ratchet.agents.brief import build_brief
 
     task = load_task("rmsnorm")
     with Ledger(tmp_path / "l.sqlite") as led:

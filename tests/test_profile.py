@@ -1,4 +1,4 @@
-"""``ratchet profile`` (``ratchet.profile``): tiny workloads on the CPU.
+"""``ratchet profile`` (``ratchet.e2e.profile``): tiny workloads on the CPU.
 
 What is checked against something computed apart from the profiler: the registry ops found per step
 equal what the registry's own ``record()`` counts in a plain decode step; their shapes are the ones the
@@ -18,10 +18,11 @@ import torch
 from ratchet.candidate import load_candidate
 from ratchet.cli import main
 from ratchet.judge import JudgeOptions, evaluate
-from ratchet.profile import NOTABLE_SHARE, PHASE_WEIGHTS, amdahl, extract_tasks, profile_workload, task_coverage
+from ratchet.e2e.extract import extract_tasks
+from ratchet.e2e.profile import NOTABLE_SHARE, PHASE_WEIGHTS, amdahl, profile_workload, task_coverage
 from ratchet.task import load_task
-from ratchet.workloads import OpRegistry, build
-from ratchet.workloads.runner import DecodeStep, fill_random, random_tokens
+from ratchet.e2e.workloads import OpRegistry, build
+from ratchet.e2e.workloads.runner import DecodeStep, fill_random, random_tokens
 
 BATCH, CONTEXT, PREFILL, STEPS = 2, 24, 16, 2
 REGISTRY_OPS = {

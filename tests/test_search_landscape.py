@@ -8,7 +8,7 @@ import optuna
 import pytest
 
 from ratchet.candidate import load_candidate
-from ratchet.ledger import config_key
+from ratchet.run.ledger import config_key
 from ratchet.search.base import Outcome, Proposal
 from ratchet.search.tune import TuneProposer, TuneSettings
 from ratchet.task import load_task

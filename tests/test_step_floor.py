@@ -11,7 +11,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from step_floor import expected_experts, step_floor  # noqa: E402
 
-from ratchet.workloads import build  # noqa: E402
+from ratchet.e2e.workloads import build  # noqa: E402
 
 
 def _bytes(t):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ratchet.ledger import Ledger
+from ratchet.run.ledger import Ledger
 from ratchet.task import load_task
 
 ROOT = Path(__file__).parent.parent

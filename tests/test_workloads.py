@@ -1,4 +1,4 @@
-"""The workloads (``ratchet.workloads``): tiny llama and deepseek on the CPU against a plain reference.
+"""The workloads (``ratchet.e2e.workloads``): tiny llama and deepseek on the CPU against a plain reference.
 
 The reference below is written apart from the workloads: no registry, no KV cache, no absorbed MLA,
 no grouped GEMM; every position recomputed from the whole sequence with explicit causal attention and a
@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 
 from ratchet.task import BUILTIN_TASKS_DIR, load_task
-from ratchet.workloads import GraphCaptureError, OpRegistry, build, decode, prefill
-from ratchet.workloads.core import CACHE_ALIGN
-from ratchet.workloads.registry import OPS, reference as op_reference
+from ratchet.e2e.workloads import GraphCaptureError, OpRegistry, build, decode, prefill
+from ratchet.e2e.workloads.core import CACHE_ALIGN
+from ratchet.e2e.workloads.registry import OPS, reference as op_reference
 
 TASKS = BUILTIN_TASKS_DIR
 ATOL = RTOL = 1e-4  # fp32 throughout; reductions in another order differ by ~1e-6
@@ -218,7 +218,7 @@ def test_a_loaded_kernel_runs_as_judged_inside_torch_compile():
     # Dynamo must not trace an installed kernel (Inductor would recompile it with its own argument types:
     # on the H200 the split-K attention seed got its scale as fp64 and failed to compile): without an op
     # name, one graph break per call, and the kernel's own output.
-    from ratchet.workloads import load_kernel
+    from ratchet.e2e.workloads import load_kernel
 
     kernel = load_kernel(TASKS / "rmsnorm" / "seeds" / "cpu_torch.py")
     x, w = torch.randn(4, 64), torch.randn(64)
@@ -234,7 +234,7 @@ def test_a_loaded_kernel_runs_as_judged_inside_torch_compile():
 def test_a_kernel_loaded_for_an_op_is_one_custom_op_in_the_compiled_graph():
     # With the op named, the kernel is a torch custom op: no graph break, its outputs' shapes from the
     # reference on fake tensors, and the kernel's own values; tuples come back as tuples.
-    from ratchet.workloads import load_kernel
+    from ratchet.e2e.workloads import load_kernel
 
     kernel = load_kernel(TASKS / "rmsnorm" / "seeds" / "cpu_torch.py", op="rmsnorm")
     x, w = torch.randn(4, 64), torch.randn(64)
@@ -270,7 +270,7 @@ def test_use_swaps_a_function_for_a_block():
 
 
 def test_configs_keep_the_real_widths_and_refuse_a_router_the_op_cannot_run():
-    from ratchet.workloads import config_for
+    from ratchet.e2e.workloads import config_for
 
     llama, ds = config_for("llama", "full"), config_for("deepseek", "full", n_layers=2)
     assert (llama.hidden, llama.n_heads, llama.n_kv_heads, llama.head_dim, llama.ffn, llama.vocab) == (
@@ -333,7 +333,7 @@ def test_the_record_hook_lists_each_op_call_with_the_tasks_shape_names(model):
 # -- the transformers adapter --------------------------------------------------------------------------
 def test_hf_adapter_routes_a_llama_model_through_the_registry():
     transformers = pytest.importorskip("transformers")
-    from ratchet.workloads import hf_adapter
+    from ratchet.e2e.workloads import hf_adapter
 
     config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
@@ -475,7 +475,7 @@ def test_the_compiled_deepseek_step_writes_its_cache_in_place():
 def test_every_op_is_a_custom_op_that_compiles_whole_with_the_kernels_values(op):
     # Each op's schema and fake (the task's reference on fake tensors) carry its outputs' shapes and dtypes
     # through a whole-graph compile; the values are the kernel's own (same RNG seed for the sampler).
-    from ratchet.workloads import load_kernel
+    from ratchet.e2e.workloads import load_kernel
 
     task = load_task(op)
     seeds = sorted((TASKS / op / "seeds").glob("cpu_*.py"))

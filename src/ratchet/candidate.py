@@ -11,6 +11,7 @@ import ast
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -18,6 +19,15 @@ from typing import Any, Mapping
 
 class CandidateError(Exception):
     """The candidate file or config is unusable; the message is one line for the user."""
+
+
+# A kernel's source is kilobytes; a file this large is a mistake (or an attack on the parser), not a kernel.
+MAX_SOURCE_BYTES = 8 * 1024 * 1024
+# The tuner lists a SPACE's configs; the built-in seeds have at most ~100. A space this large is a typo.
+MAX_SPACE_CONFIGS = 1_000_000
+# What Python's own parser and literal reader raise on hostile input besides SyntaxError: null bytes
+# (ValueError), nesting too deep for the parser (RecursionError, MemoryError), unhashable keys (TypeError).
+_PARSE_ERRORS = (SyntaxError, ValueError, TypeError, RecursionError, MemoryError)
 
 
 @dataclass(frozen=True)
@@ -53,13 +63,14 @@ class Candidate:
         for key, value in (config or {}).items():
             if key not in self.space:
                 known = ", ".join(self.space) or "none"
-                raise CandidateError(f"config key '{key}' is not in the candidate's SPACE (keys: {known})")
+                raise CandidateError(f"config key {_one_line(repr(key))[:80]} is not in the candidate's SPACE (keys: {known})")
             if value not in self.space[key]:
-                raise CandidateError(f"config {key}={value!r} is not in SPACE[{key!r}] = {list(self.space[key])}")
+                raise CandidateError(f"config {key}={_one_line(repr(value))[:80]} is not in SPACE[{key!r}] = "
+                                     f"{list(self.space[key])}")
             resolved[key] = value
         broken = self.broken_constraints(resolved)
         if broken:
-            raise CandidateError(f"config {resolved} breaks the candidate's constraint '{broken[0]}'")
+            raise CandidateError(f"config {resolved} breaks the candidate's constraint '{_one_line(broken[0])}'")
         return resolved
 
 
@@ -71,6 +82,8 @@ def parse_config(text: str | None) -> dict[str, Any]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CandidateError(f"--config is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    except RecursionError:
+        raise CandidateError("--config is nested too deeply to be a config") from None
     if not isinstance(value, dict):
         raise CandidateError("--config must be a JSON object, e.g. '{\"BLOCK\": 1024}'")
     return value
@@ -83,13 +96,14 @@ def load_candidate(path: str | Path) -> Candidate:
     that the imported module defines ``kernel`` with the right parameters.
     """
     path = Path(path)
-    if not path.is_file():
-        raise CandidateError(f"candidate file not found: {path}")
-    source = path.read_text()
+    source = _read_source(path)
     try:
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as exc:
-        raise CandidateError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+        where = f"{path}:{exc.lineno}" if exc.lineno else str(path)
+        raise CandidateError(f"{where}: syntax error: {_one_line(exc.msg)}") from None
+    except _PARSE_ERRORS as exc:
+        raise CandidateError(f"{path}: cannot be parsed as Python: {type(exc).__name__}: {_one_line(exc)}") from None
     names = top_level_names(tree)
     if "kernel" in names:
         kind = "ratchet"
@@ -100,6 +114,29 @@ def load_candidate(path: str | Path) -> Candidate:
     space = _literal_space(tree, path)
     constraints = _literal_constraints(tree, path, space)
     return Candidate(path=str(path.resolve()), source=source, space=space, kind=kind, constraints=constraints)
+
+
+def _read_source(path: Path) -> str:
+    """The file's text, or a one-line CandidateError for what is not a readable UTF-8 file."""
+    try:
+        if path.is_dir():
+            raise CandidateError(f"{path} is a directory, not a candidate file")
+        if not path.is_file():
+            raise CandidateError(f"candidate file not found: {path}")
+        if path.stat().st_size > MAX_SOURCE_BYTES:
+            raise CandidateError(f"{path}: {path.stat().st_size} bytes is too large for a candidate file "
+                                 f"(at most {MAX_SOURCE_BYTES})")
+        data = path.read_bytes()
+    except (OSError, ValueError) as exc:  # permissions, a name too long, a null byte in the name
+        raise CandidateError(f"cannot read the candidate file {str(path)[:200]}: {_one_line(exc)}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CandidateError(f"{path}: not UTF-8 text (byte {exc.start}); a candidate is a Python source file") from None
+
+
+def _one_line(text) -> str:
+    return " ".join(str(text).split())[:300]
 
 
 def top_level_names(tree: ast.Module) -> set[str]:
@@ -119,18 +156,39 @@ def _literal_space(tree: ast.Module, path: Path) -> dict[str, tuple]:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SPACE" for t in node.targets):
             try:
                 value = ast.literal_eval(node.value)
-            except ValueError:
+            except _PARSE_ERRORS:
                 raise CandidateError(f"{path}: SPACE must be a literal dict of lists") from None
             if not isinstance(value, dict) or not all(
                 isinstance(k, str) and isinstance(v, (list, tuple)) and len(v) > 0 for k, v in value.items()
             ):
                 raise CandidateError(f"{path}: SPACE must map names to non-empty lists of values")
+            for key, values in value.items():
+                if not key.isidentifier():  # the values arrive as keyword arguments
+                    raise CandidateError(f"{path}: SPACE key {key!r} is not a Python name")
+                for v in values:
+                    if not _plain(v):  # configs are stored and printed as JSON
+                        raise CandidateError(f"{path}: SPACE[{key!r}] value {_one_line(repr(v))[:80]} is not a plain "
+                                             "JSON value (a number, string, boolean or None)")
+            size = 1
+            for values in value.values():
+                size *= len(values)
+            if size > MAX_SPACE_CONFIGS:
+                raise CandidateError(f"{path}: SPACE has {size} configs; at most {MAX_SPACE_CONFIGS}")
             return {k: tuple(v) for k, v in value.items()}
     return {}
 
 
+def _plain(value) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, (bool, int, str))
+
+
 _SAFE_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Name, ast.Constant, ast.Load,
                ast.operator, ast.unaryop, ast.boolop, ast.cmpop)
+# Operators that turn small numbers into huge ones (2 ** 2 ** 40, 1 << 10 ** 9): the parent process
+# evaluates constraints, so a constraint must not be able to hang it or exhaust its memory.
+_HUGE_OPS = (ast.Pow, ast.LShift)
 
 
 def _literal_constraints(tree: ast.Module, path: Path, space: Mapping[str, tuple]) -> tuple[str, ...]:
@@ -139,25 +197,30 @@ def _literal_constraints(tree: ast.Module, path: Path, space: Mapping[str, tuple
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CONSTRAINTS" for t in node.targets):
             try:
                 exprs = ast.literal_eval(node.value)
-            except ValueError:
+            except _PARSE_ERRORS:
                 raise CandidateError(f"{path}: CONSTRAINTS must be a literal list of strings") from None
             if not isinstance(exprs, (list, tuple)) or not all(isinstance(e, str) for e in exprs):
                 raise CandidateError(f"{path}: CONSTRAINTS must be a literal list of strings")
             for expr in exprs:
                 try:
                     parsed = ast.parse(expr, mode="eval")
-                except SyntaxError:
-                    raise CandidateError(f"{path}: constraint '{expr}' is not an expression") from None
+                except _PARSE_ERRORS:
+                    raise CandidateError(f"{path}: constraint '{_one_line(expr)[:80]}' is not an expression") from None
                 for sub in ast.walk(parsed):
-                    if not isinstance(sub, _SAFE_NODES):
-                        raise CandidateError(f"{path}: constraint '{expr}' may use only SPACE names, numbers, "
-                                             "arithmetic and comparisons")
+                    if not isinstance(sub, _SAFE_NODES) or isinstance(sub, _HUGE_OPS):
+                        raise CandidateError(f"{path}: constraint '{_one_line(expr)[:80]}' may use only SPACE "
+                                             "names, numbers, arithmetic (not ** or <<) and comparisons")
                     if isinstance(sub, ast.Name) and sub.id not in space:
-                        raise CandidateError(f"{path}: constraint '{expr}' names '{sub.id}', which is not in SPACE")
+                        raise CandidateError(f"{path}: constraint '{_one_line(expr)[:80]}' names '{sub.id}', which is not in SPACE")
             return tuple(exprs)
     return ()
 
 
 def _eval_constraint(expr: str, config: Mapping[str, Any]) -> bool:
     # Safe: the expression was checked to hold only names of SPACE, constants and operators.
-    return bool(eval(compile(ast.parse(expr, mode="eval"), "<constraint>", "eval"), {"__builtins__": {}}, dict(config)))
+    try:
+        return bool(eval(compile(ast.parse(expr, mode="eval"), "<constraint>", "eval"), {"__builtins__": {}},
+                         dict(config)))
+    except (ArithmeticError, TypeError, ValueError, MemoryError, RecursionError) as exc:  # e.g. BLOCK % 0
+        raise CandidateError(f"constraint '{_one_line(expr)[:80]}' cannot be evaluated at {dict(config)}: "
+                             f"{type(exc).__name__}: {_one_line(exc)}") from None

@@ -191,19 +191,34 @@ def builtin_task_names() -> list[str]:
 def load_task(spec: str) -> Task:
     """Load a task by built-in name, by task-file path, or from a KernelBench problem file."""
     path = Path(spec)
-    if spec in builtin_task_names():
-        path = BUILTIN_TASKS_DIR / spec / "task.py"
-    elif not path.exists():
-        names = ", ".join(builtin_task_names())
-        raise TaskError(f"unknown task '{spec}': not a built-in task ({names}) nor an existing file")
-    if path.is_dir():
-        path = path / "task.py"
+    shown = _one_line(spec)[:200]
+    try:
+        if spec in builtin_task_names():
+            path = BUILTIN_TASKS_DIR / spec / "task.py"
+        elif not path.exists():
+            names = ", ".join(builtin_task_names())
+            raise TaskError(f"unknown task '{shown}': not a built-in task ({names}) nor an existing file")
+        if path.is_dir():
+            if not (path / "task.py").is_file():
+                raise TaskError(f"{shown} is a folder without a task.py")
+            path = path / "task.py"
+        if not path.is_file():
+            raise TaskError(f"{shown} is not a file")
+    except (OSError, ValueError) as exc:  # a name too long, a null byte, no permission
+        raise TaskError(f"cannot read the task '{shown}': {_one_line(exc)[:200]}") from None
     module = _import_file(path, "ratchet_task_")
-    task = getattr(module, "TASK", None)
-    if task is None and hasattr(module, "Model") and hasattr(module, "get_inputs"):
+    try:
+        task = getattr(module, "TASK", None)
+        kernelbench = task is None and hasattr(module, "Model") and hasattr(module, "get_inputs")
+    except Exception as exc:  # a module __getattr__ of the user's that raises
+        raise TaskError(f"{path}: reading TASK failed: {type(exc).__name__}: {_one_line(exc)}") from None
+    if kernelbench:
         from ratchet.kernelbench import task_from_kernelbench
 
-        return task_from_kernelbench(module, path)
+        try:
+            return task_from_kernelbench(module, path)
+        except Exception as exc:  # the problem file's objects are the user's code
+            raise TaskError(f"{path}: not a usable KernelBench problem: {type(exc).__name__}: {_one_line(exc)}") from None
     if not isinstance(task, Task):
         raise TaskError(f"{path}: defines no TASK = Task(...) (nor a KernelBench Model/get_inputs)")
     seeds = task.seeds_dir or str(path.parent / "seeds")
@@ -226,6 +241,11 @@ def _import_file(path: Path, prefix: str):
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: report, never crash
-        raise TaskError(f"{path}: failed to import: {type(exc).__name__}: {exc}") from None
+    except (Exception, SystemExit) as exc:  # the user's file: report, never crash (nor exit quietly)
+        sys.modules.pop(name, None)
+        raise TaskError(f"{path}: failed to import: {type(exc).__name__}: {_one_line(exc)}") from None
     return module
+
+
+def _one_line(text) -> str:
+    return " ".join(str(text).split())[:300]

@@ -83,11 +83,12 @@ class Case:
 GAPS = {
     "clock_noise": (
         "GAP (false reject, intermittent, CPU only): evaluation._clock_check compares lower quartiles of "
-        "(wall_us - us) of two worker processes with a slack of max(2x the candidate's median, 1 ms); on two CPU "
-        "cores ~1.1 ms of noise was seen once. On CUDA the same check ranged -1930 to +812 us run to run and "
+        "(wall_us - us) of two worker processes with a slack of max(2x the candidate's median, 1 ms, 2x the summed "
+        "IQRs of both overheads; the IQR term since 2026-12-01, when a machine with busy cores showed 1.4 ms); on "
+        "two CPU cores ~1.1 ms of noise was seen once before it. On CUDA the same check ranged -1930 to +812 us run to run and "
         "rejected honest kernels on the H200 (2026-11-29/30), so it is gone there: the events bound hidden host "
         "work beyond the launch hold, and the gap, census and deferred-write checks see work after the return. "
-        "Fix for the CPU: derive the slack from the measured spread of both workers' overheads"),
+        "What remains: noise that shifts one worker's lower quartile without widening its spread"),
 }
 
 CHEATS = [
@@ -168,6 +169,13 @@ HONEST = [
     Case(0, "h07_persistent_pool.py", "axpby", mode="timed"),
     Case(0, "h09_autotune_with_timer.py", "axpby", mode="timed"),
     Case(0, "h06_side_stream_joined.py", "axpby_big", mode="gpu_timed"),
+    # What engineers write that looks like a cheat at first sight (every one must pass).
+    Case(0, "h08_slice_of_fresh_buffer.py", "rmsnorm"),
+    Case(0, "h04_weight_cache_versioned.py", "rmsnorm"),
+    Case(0, "h04_output_pool.py", "axpby", mode="timed"),
+    Case(0, "h05_queue_worker_joined.py", "axpby", mode="timed"),
+    Case(0, "h13_graph_inside_kernel.py", "axpby", mode="gpu_timed"),
+    Case(0, "h09_triton_autotune.py", "axpby", mode="gpu_timed"),
 ]
 
 # #18 is defended by neutralising, not detecting: the persisting-L2 policy must buy nothing.

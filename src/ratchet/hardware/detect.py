@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 
@@ -79,17 +78,19 @@ def _nvml() -> dict:
 
 
 def cached_ceilings(name: str, driver: str | None) -> dict | None:
-    """The measured ceilings for this device from the cache, if any were measured; never measures."""
-    from ratchet.hardware.ceilings import cache_path
+    """The usable measured ceilings of the device called ``name`` from the cache (this machine's own
+    entry first, else the newest usable one of that device measured anywhere); never measures.
+    ``driver``, when given, must match too."""
+    from ratchet.hardware.ceilings import entry_problem, read_cache
 
-    try:
-        cache = json.loads(cache_path().read_text())
-    except (OSError, ValueError):
+    usable = [(key, entry) for key, entry in read_cache().items()
+              if entry_problem(key, entry) is None and entry.get("device_name") == name
+              and (driver is None or entry.get("driver") == driver)]
+    if not usable:
         return None
-    if not isinstance(cache, dict):
-        return None
-    key = f"{name} | {driver or f'cuda {torch.version.cuda}'}"
-    if key in cache:
-        return cache[key]
-    same_device = [v for k, v in cache.items() if k.split(" | ")[0] == name]
-    return same_device[-1] if same_device else None
+    from ratchet.hardware.ceilings import JUDGE_CPU_THREADS, host_id
+
+    # This host's, at the thread count the judge times with (GPU entries have none).
+    here = [entry for _, entry in usable if entry.get("host") == host_id()
+            and entry.get("threads") in (None, JUDGE_CPU_THREADS)]
+    return max(here or [e for _, e in usable], key=lambda e: e.get("measured_unix", 0.0))

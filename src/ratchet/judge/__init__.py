@@ -1,4 +1,4 @@
-"""The judge: TRUSTED code. It imports nothing from search, agent, loop or report.
+"""The judge: TRUSTED code. It imports nothing from run, search, agents, e2e, report or cli.
 
 ``evaluate(task, candidate, config, options) -> Verdict`` is the one entry point. Candidate code
 runs only in worker subprocesses (worker.py); correctness is decided here, outside them.

@@ -6,9 +6,9 @@ candidate could have subclassed, so nothing here runs candidate code.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
-
+import sys
 import warnings
+from typing import Any, Sequence
 
 import torch
 
@@ -57,6 +57,41 @@ def check_structure(descs: Sequence[dict], refs: Sequence[torch.Tensor], expecte
         if desc.get("aliases"):
             reasons.append(Reason("not_dense", f"{name} shares storage with {desc['aliases']}"))
     return reasons
+
+
+def owns_storage(t: torch.Tensor) -> bool:
+    """Whether an output is dense with storage of its own: the rule against lazy or strided outputs (hack #8)
+    and outputs in memory that something else holds (#1). Runs in the worker, on plain tensors only.
+
+    Contiguous is required. The whole of its storage (offset 0, the same size) is the output's own, even
+    when the kernel keeps it for its next call (an output pool: every call's values are checked, and the
+    caller's copy is taken at return). A view of a larger storage is its own only when nothing but the view
+    and its base tensor hold that storage and nothing but the view holds the base: a fresh buffer the
+    kernel let go, as ``buf[:, :H].contiguous()`` returns at T = 1 (the slice is contiguous, so it stays a
+    view). A slice of an arena the kernel keeps is refused. The holders are counted against a probe made
+    the same way here, so the interpreter's own references cancel out."""
+    if not t.is_contiguous():
+        return False
+    if t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * t.element_size():
+        return True
+    if not hasattr(torch._C, "_storage_Use_Count"):
+        return False  # no way to count the holders: only whole storages are the output's own
+    mine, fresh = _holders(t), _holders(_fresh_view())
+    return mine[:2] == fresh[:2] and (mine[2] is None or mine[2] == fresh[2])
+
+
+def _fresh_view() -> torch.Tensor:
+    with torch.inference_mode(False):  # a view that records its base, as outside inference mode
+        return torch.empty(2, dtype=torch.uint8)[1:]
+
+
+def _holders(t: torch.Tensor) -> tuple[int, int, int | None]:
+    """Holders of a view's storage beyond its base (tensors and the Python storage object), Python
+    references to that storage object, and to the base (None when the view records none)."""
+    storage = t.untyped_storage()
+    base = t._base
+    return (torch._C._storage_Use_Count(storage._cdata) - (base is not None), sys.getrefcount(storage),
+            None if base is None else sys.getrefcount(base))
 
 
 def check_dtypes(descs: Sequence[dict], expected: Sequence[torch.dtype]) -> list[Reason]:

@@ -116,6 +116,11 @@ class Verdict:
     timed_calls: dict[str, Any] = field(default_factory=dict)
     ceilings: dict[str, float] = field(default_factory=dict)  # the roofline's: copy_tbps, matmul_tflops
     notes: list[str] = field(default_factory=list)
+    # Timing stopped early at a shape where the candidate was beyond the run's race bar (judge.race):
+    # the verdict stands (pass), the times are partial, and the keep rule never keeps it. ``race`` says
+    # where: shape, dtype, mode, batches, slower (x the best), threshold, p_value, best_seq.
+    raced: bool = False
+    race: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self, with_times: bool = False) -> dict[str, Any]:
         data = asdict(self)

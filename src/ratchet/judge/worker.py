@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 import torch
 
 from ratchet.judge import guards, timing  # saves the primitives before any candidate import
-from ratchet.judge.check import FINGERPRINT_MIN_BYTES, POISON_BYTE, as_tuple, input_fingerprint
+from ratchet.judge.check import FINGERPRINT_MIN_BYTES, POISON_BYTE, as_tuple, input_fingerprint, owns_storage
 from ratchet.judge.process import CRASH_PREFIX
 from ratchet.task import Task, load_task
 
@@ -284,9 +284,9 @@ def describe_outputs(outs: tuple, inputs: tuple, sample: dict | None = None, val
         if kind is not torch.Tensor:
             descs.append({"type": name, "is_tensor": isinstance(o, torch.Tensor)})
             continue
+        dense = owns_storage(o)  # before this function holds a reference to its storage (check.py)
         storage = o.untyped_storage()
-        own = o.storage_offset() == 0 and storage.nbytes() == o.numel() * o.element_size()
-        desc = {"type": "torch.Tensor", "dense": bool(o.is_contiguous() and own), "device": str(o.device),
+        desc = {"type": "torch.Tensor", "dense": dense, "device": str(o.device),
                 "aliases": storages.get(storage.data_ptr()) if o.numel() else None}
         storages[storage.data_ptr()] = f"output {i}"
         value = values[i]

@@ -1,1 +1,1 @@
-"""Human-facing output: console tables now, HTML reports later."""
+"""What people look at: the console views of verdicts and runs, and the live progress of a run."""

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ratchet.bottleneck import COUNTER_RULE, RULE, classify_row_with_counters, labelled
+from ratchet.diagnose.bottleneck import COUNTER_RULE, RULE, classify_row_with_counters, labelled
 from ratchet.judge.verdict import Verdict
 
 _COLOR = {"pass": "green", "fail": "red", "error": "yellow"}
@@ -106,7 +106,7 @@ def print_run(run: dict, attempts: list[dict], history: list[dict], ideas: list[
 
 
 def best_bottlenecks(attempt: dict) -> list[dict]:
-    """The timed rows of an attempt, each with its bottleneck class (``ratchet.bottleneck``)."""
+    """The timed rows of an attempt, each with its bottleneck class (``ratchet.diagnose.bottleneck``)."""
     extra = attempt.get("extra") or {}
     rows = []
     for r in attempt.get("shapes") or []:
@@ -134,6 +134,6 @@ def counters_line(counters: dict, attempt: dict | None = None) -> str:
             klass, note = classify_row_with_counters(row, extra.get("ceilings"), counters)
             if note:
                 return f"{labelled(klass, note)} on {where}"
-    from ratchet.ncu import describe
+    from ratchet.diagnose.ncu import describe
 
     return f"{describe(counters.get('summary'))} on {where} (no judged row of that shape)"

@@ -12,7 +12,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from ratchet.loop import LoopEvent
+from ratchet.run.loop import LoopEvent
 
 
 class RunDisplay:

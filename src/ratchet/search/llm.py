@@ -1,6 +1,6 @@
 """The LLM proposer: the model writes ideas, the tuner tunes.
 
-Each model call gets the brief (``ratchet.brief.build_brief``), one parent candidate and at most one
+Each model call gets the brief (``ratchet.agents.brief.build_brief``), one parent candidate and at most one
 pending idea, and is asked for ONE complete candidate file with a ``SPACE``. The answer's code is
 written under the run's directory next to the ledger (``candidates/RUN/NNN.py``, with the prompt and
 the raw answer beside it), judged with its default config, and, once one of its configs passes, a
@@ -12,8 +12,10 @@ seeds get the same share.
   answer first, else a tuner config; with nothing to hand out it returns None while proposals are
   still being judged (the loop commits them and asks again), and waits for the model only when none
   are. The price: the prompt of call n+1 is written before candidate n is judged.
-- Parents: the best few (3) passing candidates of the run with distinct sources, by speedup, taken in
-  turn; before anything passed, the seeds in turn.
+- Parents: one per idea, the best few (3) ideas taken in turn. Passing attempts are grouped by idea: the
+  idea an attempt was given (its ``idea_id``: every file and config written for it), else its own source
+  (a model's candidate and its tuned configs); each idea offers its fastest attempt. So three variants of
+  one idea never take every slot from a second, slower idea. Before anything passed, the seeds in turn.
 - Ledger: the attempt of an answer's first config carries its ``tokens_in``, ``tokens_out`` and
   ``cost_usd`` (None without prices: unknown, not free) and the idea it was given (``idea_id``); the
   tuner's configs of that candidate carry the same idea and parent, and no tokens.
@@ -36,13 +38,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from ratchet.candidate import Candidate, CandidateError, load_candidate, top_level_names
-from ratchet.ledger import Ledger, config_key
+from ratchet.run.ledger import Ledger, config_key
 from ratchet.search.base import Outcome, Proposal
 from ratchet.search.llm_client import Answer, LLMSettings, ModelCallError
 from ratchet.search.tune import TuneProposer
 from ratchet.task import Task
 
-PARENTS = 3  # the best few distinct passing candidates a prompt starts from, in turn
+PARENTS = 3  # the best few distinct ideas (their fastest passing attempt each) a prompt starts from, in turn
 MAX_UNUSABLE_IN_A_ROW = 5
 BRIEF_CHARS = 24000
 
@@ -159,6 +161,7 @@ class _Parent:
     speedup: float | None
     attempt_id: int | None
     seq: int | None
+    idea: str | None = None  # the idea this parent was written for, when it had one
 
 
 @dataclass
@@ -195,7 +198,8 @@ def parent_section(parent: _Parent | None) -> str:
                   f"(attempt {parent.seq})")
     else:
         status = "a starting point that has not passed yet"
-    return (f"## Start from this candidate ({Path(parent.candidate_path).name}: {status})\n"
+    idea = f"It was written for the idea: {parent.idea}\n" if parent.idea else ""
+    return (f"## Start from this candidate ({Path(parent.candidate_path).name}: {status})\n{idea}"
             f"```python\n{parent.source.rstrip()}\n```\n")
 
 
@@ -203,6 +207,25 @@ def idea_section(idea: dict | None) -> str:
     if idea is None:
         return ""
     return f"## Try this idea (idea {idea['id']}, from {idea.get('author') or 'human'})\n{idea['text']}\n"
+
+
+def idea_key(attempt: dict) -> tuple:
+    """What makes two attempts the same idea: the idea they were given, else the same source."""
+    if attempt.get("idea_id") is not None:
+        return ("idea", attempt["idea_id"])
+    return ("source", attempt["source_sha256"])
+
+
+def parents_by_idea(attempts: list[dict], limit: int) -> list[dict]:
+    """The fastest passing attempt of each idea, for the ``limit`` ideas with the fastest ones."""
+    best: dict[tuple, dict] = {}
+    for attempt in attempts:
+        if attempt["verdict"] != "pass" or attempt["speedup"] is None:
+            continue
+        key = idea_key(attempt)
+        if key not in best or attempt["speedup"] > best[key]["speedup"]:
+            best[key] = attempt
+    return sorted(best.values(), key=lambda a: -a["speedup"])[:limit]
 
 
 class LLMProposer:
@@ -313,7 +336,7 @@ class LLMProposer:
 
     def _call_model(self, call: _Call) -> None:
         call.started = time.time()
-        from ratchet.brief import build_brief  # written alongside; the prompt's main part
+        from ratchet.agents.brief import build_brief  # written alongside; the prompt's main part
 
         extra = (parent_section(call.parent) + idea_section(call.idea)
                  + instructions(self.settings.configs_per_candidate))
@@ -339,18 +362,12 @@ class LLMProposer:
         return None
 
     def _choose_parent(self, number: int) -> _Parent | None:
-        """The best few passing candidates with distinct sources, taken in turn; else the seeds in turn."""
-        best: dict[str, dict] = {}
-        for attempt in self.ledger.attempts(self.run_id):
-            if attempt["verdict"] != "pass" or attempt["speedup"] is None:
-                continue
-            sha = attempt["source_sha256"]
-            if sha not in best or attempt["speedup"] > best[sha]["speedup"]:
-                best[sha] = attempt
-        top = sorted(best.values(), key=lambda a: -a["speedup"])[:PARENTS]
+        """The fastest attempt of each of the best few ideas, taken in turn; else the seeds in turn."""
+        top = parents_by_idea(self.ledger.attempts(self.run_id), PARENTS)
         if top:
             a = top[(number - 1) % len(top)]
-            return _Parent(a["candidate_path"], a["source"], a["config"], a["speedup"], a["id"], a["seq"])
+            return _Parent(a["candidate_path"], a["source"], a["config"], a["speedup"], a["id"], a["seq"],
+                           a.get("idea"))
         seeds = [self.entries[sha].candidate for sha in self.seed_shas]
         if not seeds:
             return None

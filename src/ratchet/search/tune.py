@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import optuna
 
 from ratchet.candidate import Candidate
-from ratchet.ledger import config_key
+from ratchet.run.ledger import config_key
 from ratchet.search.base import Outcome, Proposal
 
 optuna.logging.set_verbosity(logging.WARNING)

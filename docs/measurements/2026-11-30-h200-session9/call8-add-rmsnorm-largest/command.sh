@@ -1,1 +1,0 @@
-STAGES="largest" LARGEST_S=200 LARGEST_ARGS="--tasks add_rmsnorm --peers torch_compile liger best --best add_rmsnorm=src/ratchet/tasks/add_rmsnorm/seeds/triton_fused.py" bash benchmarks/gpu_session.sh

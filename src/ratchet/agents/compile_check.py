@@ -1,0 +1,321 @@
+"""``ratchet check``: does a candidate compile for the GPU's architecture? Answered on a machine without a GPU.
+
+Triton's interpreter (``TRITON_INTERPRET=1``) runs a kernel's Python on the CPU and accepts code the
+compiler refuses: a value shaped differently in the two branches of an ``if`` passed the interpreter and
+failed to compile on the H200 (2026-12-01). So this check compiles instead of interpreting:
+
+- In a subprocess of its own (a clean environment without ``TRITON_INTERPRET``, a time limit, the
+  candidate's crashes kept out of the caller), the candidate's ``kernel(...)`` is called on the task's CPU
+  shapes and dtypes with ``JITFunction.run`` replaced: each launch is not run but compiled, with the
+  launch's own argument types, alignment specialization and constexprs, for ``GPUTarget("cuda", CC, 32)``
+  through Triton's stages to PTX and then to a cubin with the ``ptxas`` Triton ships. An autotuned kernel
+  compiles every config. Kernels launched with other constexprs on the GPU's shapes (a block size from
+  a larger H) are not seen; the launches of the CPU shapes are.
+- CUDA C++ handed to ``ratchet.cuda_build.load_cached`` or ``torch.utils.cpp_extension.load_inline`` is
+  compiled with ``nvcc -arch=sm_XXa`` and torch's headers where ``nvcc`` is installed; else the report says
+  plainly that it cannot be checked here.
+
+Since nothing runs on a GPU, the outputs of the launches are garbage: the candidate's own Python after a
+launch may raise; the kernels compiled up to then are still reported. This is a tool for the agent's side,
+not the judge: it proves nothing about correctness or speed, and its verdict is never recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+_MARK = "RATCHET-CHECK-RESULT "
+MAX_SHARED_BYTES = {90: 227 * 1024, 100: 227 * 1024, 89: 99 * 1024, 86: 99 * 1024, 80: 163 * 1024}
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    kernel: str  # the @triton.jit function's name, or "cuda:NAME" for a CUDA C++ extension
+    signature: str  # argument types and constexprs, as compiled
+    ok: bool
+    message: str = ""  # one line: the compiler's message when it failed
+    shared_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    arch: str
+    kernels: list[KernelResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what could not be checked, and why
+    error: str | None = None  # the check itself could not run (bad file, the candidate raised first)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(k.ok for k in self.kernels)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"arch": self.arch, "ok": self.ok, "error": self.error, "notes": self.notes,
+                "kernels": [asdict(k) for k in self.kernels]}
+
+
+class CheckError(ValueError):
+    """Bad usage of the check (an unknown architecture); one line."""
+
+
+def parse_arch(arch: str) -> int:
+    """``sm_90`` / ``sm_90a`` / ``90`` -> 90."""
+    match = re.fullmatch(r"(?:sm_)?(\d{2,3})a?", arch.strip().lower())
+    if not match:
+        raise CheckError(f"--arch '{arch}' is not an architecture like sm_90")
+    return int(match.group(1))
+
+
+def check_candidate(task_spec: str, candidate_path: str, arch: str = "sm_90", config: dict | None = None,
+                    timeout_s: float = 600.0) -> CheckReport:
+    """Compile every kernel the candidate launches on the task's CPU shapes for ``arch``."""
+    capability = parse_arch(arch)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton's default, stated: silences its warning
+    cmd = [sys.executable, "-m", "ratchet.agents.compile_check", task_spec, candidate_path, str(capability),
+           json.dumps(config or {})]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        return CheckReport(arch, error=f"the check took over {timeout_s:g} s and was stopped")
+    for line in done.stdout.splitlines():
+        if line.startswith(_MARK):
+            data = json.loads(line[len(_MARK):])
+            return CheckReport(data["arch"], [KernelResult(**k) for k in data["kernels"]], data["notes"],
+                               data["error"])
+    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return CheckReport(arch, error=f"the check's process ended with status {done.returncode}: {tail}")
+
+
+# -- in the subprocess ---------------------------------------------------------------------------------
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _compiler_message(exc: BaseException, fn) -> str:
+    """Triton's CompilationError shows the source around the error; keep its position and the cause."""
+    text = str(exc)
+    lines = [line for line in text.splitlines() if line.strip()]
+    where = ""
+    match = re.search(r"at (\d+):(\d+):", text)
+    if match:
+        where = f"{_def_line(getattr(fn, 'fn', fn), int(match.group(1)))}: "
+    cause = lines[-1] if lines else type(exc).__name__
+    return _one_line(f"{where}{type(exc).__name__}: {cause}")
+
+
+def _def_line(function, line_in_source: int) -> str:
+    """``file:line`` of a line Triton numbers from the kernel's ``def`` (decorators are not in its source)."""
+    import inspect
+
+    try:
+        lines, start = inspect.getsourcelines(function)
+    except (OSError, TypeError):
+        return function.__name__
+    offset = next((i for i, line in enumerate(lines) if line.lstrip().startswith("def ")), 0)
+    return f"{Path(function.__code__.co_filename).name}:{start + offset + line_in_source - 1}"
+
+
+class _Capture:
+    """Replaces Triton's launch with a compile for the target, and records CUDA C++ builds."""
+
+    def __init__(self, capability: int):
+        from triton.backends.compiler import GPUTarget
+
+        self.capability = capability
+        self.target = GPUTarget("cuda", capability, 32)
+        self.results: dict[tuple, KernelResult] = {}
+        self.cuda_sources: dict[str, dict] = {}
+
+    def install(self) -> None:
+        import triton.runtime.autotuner as autotuner
+        from triton.runtime.jit import JITFunction
+
+        capture = self
+
+        def run(fn, *args, grid, warmup, **kwargs):
+            capture.compile_launch(fn, args, kwargs)
+            return None
+
+        def autotuned(tuner, *args, **kwargs):
+            tuner.nargs = dict(zip(tuner.arg_names, args))
+            configs = tuner.prune_configs(kwargs) if len(tuner.configs) > 1 else tuner.configs
+            for cfg in configs:  # every config the tuner would try must compile
+                tuner.fn.run(*args, **kwargs, **cfg.all_kwargs())
+            tuner.nargs = None
+
+        JITFunction.run = run
+        autotuner.Autotuner.run = autotuned
+        self._hook_cuda_builds()
+
+    def compile_launch(self, fn, args, kwargs) -> None:
+        import triton
+        from triton import knobs
+        from triton.compiler import ASTSource, make_backend
+        from triton.runtime.jit import create_function_from_signature
+
+        name = getattr(fn, "__name__", None) or fn.fn.__name__
+        kwargs = dict(kwargs)
+        kwargs["debug"] = kwargs.get("debug", getattr(fn, "debug", None)) or knobs.runtime.debug
+        backend = make_backend(self.target)
+        try:
+            binder = create_function_from_signature(fn.signature, fn.params, backend)
+            bound, specialization, options = binder(*args, **kwargs)
+            options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
+        except Exception as exc:  # wrong arguments for the kernel: what the launch would raise on a GPU
+            key = (name, "bad launch", _one_line(str(exc)))
+            self.results[key] = KernelResult(name, "(launch arguments)", False,
+                                             _one_line(f"{type(exc).__name__}: {exc}"))
+            return
+        shown = ", ".join(f"{k}: {v}" for k, v in signature.items() if v != "constexpr")
+        consts = ", ".join(f"{fn.params[p[0]].name}={v}" for p, v in constexprs.items() if len(p) == 1)
+        described = f"({shown})" + (f" [{consts}]" if consts else "")
+        key = (name, described)
+        if key in self.results:
+            return
+        try:
+            compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=self.target,
+                                      options=options.__dict__)
+        except Exception as exc:
+            self.results[key] = KernelResult(name, described, False, _compiler_message(exc, fn))
+            return
+        shared = int(getattr(compiled.metadata, "shared", 0) or 0)
+        limit = MAX_SHARED_BYTES.get(self.capability)
+        if limit and shared > limit:
+            self.results[key] = KernelResult(name, described, False, f"needs {shared} bytes of shared memory, more "
+                                             f"than the {limit} a block may have on sm_{self.capability}", shared)
+            return
+        self.results[key] = KernelResult(name, described, True, "", shared)
+
+    def _hook_cuda_builds(self) -> None:
+        """Record the sources of CUDA C++ builds, and hand back a module whose functions do nothing."""
+        import types
+
+        import torch.utils.cpp_extension as cpp_extension
+
+        import ratchet.cuda_build as cuda_build
+
+        capture = self
+
+        def fake_module(name, functions):
+            module = types.ModuleType(name)
+            for f in functions or ():
+                setattr(module, f, lambda *a, **k: None)
+            return module
+
+        def load_cached(name, cuda_src, cpp_src, functions, defines=None, extra_cuda_cflags=(), extra_cflags=(),
+                        no_implicit_headers=False):
+            if cuda_src is not None:
+                capture.cuda_sources.setdefault(f"{name} {sorted((defines or {}).items())}", {
+                    "name": name, "source": cuda_src, "defines": dict(defines or {}),
+                    "flags": list(extra_cuda_cflags), "implicit_headers": not no_implicit_headers})
+            return fake_module(name, functions)
+
+        def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cuda_cflags=None,
+                        no_implicit_headers=False, **_):
+            sources = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or [])
+            if sources:
+                capture.cuda_sources.setdefault(name, {"name": name, "source": "\n".join(sources), "defines": {},
+                                                       "flags": list(extra_cuda_cflags or []),
+                                                       "implicit_headers": not no_implicit_headers})
+            names = [functions] if isinstance(functions, str) else list(functions or [])
+            return fake_module(name, names)
+
+        cuda_build.load_cached = load_cached
+        cpp_extension.load_inline = load_inline
+
+    def compile_cuda(self, notes: list[str]) -> None:
+        if not self.cuda_sources:
+            return
+        nvcc = shutil.which("nvcc")
+        if nvcc is None:
+            notes.append(f"{len(self.cuda_sources)} CUDA C++ build(s) not checked: no nvcc on this machine, so CUDA "
+                         "C++ cannot be checked here")
+            return
+        import sysconfig
+
+        import torch.utils.cpp_extension as cpp_extension
+
+        includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
+        arch = f"sm_{self.capability}a" if self.capability >= 90 else f"sm_{self.capability}"
+        for key, build in self.cuda_sources.items():
+            with tempfile.TemporaryDirectory() as tmp:
+                src = Path(tmp) / f"{build['name']}.cu"
+                head = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n" \
+                    if build["implicit_headers"] else ""
+                src.write_text(head + build["source"])
+                cmd = [nvcc, f"-arch={arch}", "-std=c++17", "-O3", "-c", str(src), "-o", str(Path(tmp) / "out.o"),
+                       *[f"-I{p}" for p in includes], *[f"-D{k}={v}" for k, v in build["defines"].items()],
+                       *build["flags"]]
+                done = subprocess.run(cmd, capture_output=True, text=True)
+            errors = [line for line in (done.stderr + done.stdout).splitlines() if "error" in line]
+            message = "" if done.returncode == 0 else _one_line(
+                (errors[0] if errors else (done.stderr.strip().splitlines() or ["nvcc failed"])[-1]).replace(
+                    str(src), f"{build['name']}.cu"))
+            defines = "".join(f" -D{k}={v}" for k, v in build["defines"].items())
+            self.results[("cuda", key)] = KernelResult(f"cuda:{build['name']}", f" (nvcc -arch={arch}{defines})",
+                                                       done.returncode == 0, message)
+
+
+def _main(argv: list[str]) -> int:
+    import importlib.util
+
+    import torch
+
+    from ratchet.task import load_task
+
+    task_spec, candidate_path, capability, config = argv[0], argv[1], int(argv[2]), json.loads(argv[3])
+    notes: list[str] = []
+    error = None
+    capture = _Capture(capability)
+    capture.install()  # before the candidate is imported: triton.jit must give JITFunctions to hook
+    try:
+        task = load_task(task_spec)
+        spec = importlib.util.spec_from_file_location("ratchet_checked_candidate", candidate_path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        kernel = getattr(module, "kernel", None)
+        if not callable(kernel):
+            raise ValueError(f"{candidate_path} defines no kernel(...)")
+    except Exception as exc:
+        error = _one_line(f"cannot load: {type(exc).__name__}: {exc}")
+        kernel = task = None
+    if kernel is not None:
+        for dtype in task.dtypes:
+            for shape in task.cpu.public:
+                inputs = task.make_inputs(shape, dtype, "cpu", torch.Generator().manual_seed(0))
+                before = len(capture.results) + len(capture.cuda_sources)
+                try:
+                    kernel(*inputs, **config)
+                except Exception as exc:
+                    # Outputs of launches that never ran are garbage: code after a launch may trip on them.
+                    seen = len(capture.results) + len(capture.cuda_sources) > before
+                    text = _one_line(f"{type(exc).__name__}: {exc}", 200)
+                    if not seen and not capture.results and not capture.cuda_sources:
+                        error = f"kernel(...) raised before any launch at {dict(shape)} {dtype}: {text}"
+                        break
+                    notes.append(f"kernel(...) raised after its launches at {dict(shape)} "
+                                 f"{str(dtype).removeprefix('torch.')} (launches do not run here): {text}")
+            if error:
+                break
+    capture.compile_cuda(notes)
+    if error is None and not capture.results:
+        notes.append("no Triton kernel or CUDA C++ build was launched on the CPU shapes: nothing to compile")
+    report = CheckReport(f"sm_{capability}", list(capture.results.values()), notes, error)
+    print(_MARK + json.dumps(report.to_json()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

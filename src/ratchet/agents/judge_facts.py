@@ -1,0 +1,84 @@
+"""What an agent must know about how the judge measures and what its cheaper checks prove, written once
+for ``program.md`` and the brief (and so the LLM proposer's prompt). The facts are the judge's own
+(``ratchet.judge.timing``, ``ratchet.judge.evaluation``, ``ratchet.run.keep``; docs/judge.md); the
+numbers are imported from there where the code names them, so the text cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+
+def timing_protocol(device: str) -> list[str]:
+    """Markdown bullets: how a candidate is timed on ``device`` and what "speedup" and "kept" mean."""
+    from ratchet.judge.timing import CPU_POLICY, GPU_POLICY, LAUNCH_HOLD_US
+    from ratchet.run.keep import KeepPolicy
+
+    keep, policy = KeepPolicy(), (CPU_POLICY if device == "cpu" else GPU_POLICY)
+    common = [
+        f"- The reference runs in a worker of its own; batches of {policy.batch} calls of each side alternate "
+        "in random order in the same evaluation (never a stored number), until the relative standard error "
+        f"of both medians is under {policy.target_rse:.1%} (at least {policy.min_reps} calls) or "
+        f"{policy.cap_s:g} s per shape and side is spent.",
+        "- Per shape and dtype: median, IQR and count of your calls; the shape's speedup is the reference's "
+        "median over yours. **Speedup** is the weighted geometric mean of those over the public shapes and "
+        "dtypes, with the task's shape weights: one shape made very fast cannot carry the rest.",
+        "- A random eighth of the timed calls (at least one) have their outputs checked too; held-out shapes "
+        "are checked for correctness, not timed.",
+        f"- **Kept** means: it passed, its weighted geometric-mean gain over the run's best is above the "
+        f"best's measured noise floor (at least {keep.min_noise:.0%}) with a bootstrap significance of "
+        f"{keep.alpha:g}, and no shape is slower than the best beyond that shape's noise; within noise "
+        "either way, the simpler file (fewer code lines) wins. A pass that is not kept is still recorded.",
+    ]
+    if device == "cpu":
+        return ["- CPU: `time.perf_counter_ns` around each call in a worker with one OpenMP thread. CPU times "
+                "say nothing about GPU speed."] + common
+    return [
+        "- Warm-up first (compile, autotune, allocator), kept out of the numbers; the first call has a "
+        "longer time limit than later ones.",
+        "- Before **each** timed call: the inputs are refilled with fresh data, the L2 is flushed (a buffer "
+        "twice the L2 written, another as large read) and persisting L2 lines are reset, so every call "
+        "reads from DRAM: data reuse across calls is not free here.",
+        f"- The launch hold: the GPU is kept busy for {LAUNCH_HOLD_US:g} µs (`torch.cuda._sleep`) before the "
+        "start event, "
+        "so your host-side launch cost (Python, the Triton launcher, argument checks) is queued behind it "
+        "and not timed while it fits; CUDA events bracket the call, then a device-wide synchronize (work "
+        "on other streams is timed too).",
+        f"- CUDA graphs: where the reference's eager median is under {policy.graph_below_us:g} µs (decode "
+        "sizes), "
+        "both sides are captured into a CUDA graph and timed on replay, and that mode gives the shape's "
+        "speedup (the row's `mode` says `graph`). Your kernel must be capturable: no host "
+        "synchronization (`.item()`, `.cpu()`, `.tolist()`), no decisions on tensor values on the host; "
+        "scalar arguments are replayed as captured. Launch overhead hardly counts in this mode; the "
+        "kernel's own device time does.",
+        *common,
+    ]
+
+
+def correctness_only_check(spec: str, rid_note: str = "") -> list[str]:
+    """Markdown bullets: ``--no-timing`` on the CPU, and what it does and does not prove."""
+    return [
+        f"- `TRITON_INTERPRET=1 ratchet eval {spec} FILE --device cpu --no-timing --json` runs the judge's "
+        "correctness phase only, on the task's CPU shape set: fresh random inputs, held-out shapes (odd "
+        "sizes), every dtype, the output and input guards. Seconds, not the minutes timing takes on a CPU "
+        f"(which say nothing about a GPU anyway). Not recorded in a run{rid_note}.",
+        "- It proves the math, the dtypes and the handling of odd sizes on small shapes. It does NOT prove "
+        "that the file compiles for the GPU (the interpreter accepts code that Triton's compiler refuses, "
+        "e.g. a tensor shaped differently in two branches of an `if`: run `ratchet check`), that it is "
+        "correct at the GPU's shapes, races or memory-ordering bugs (the interpreter runs programs one "
+        "after another), CUDA-graph capture, or anything about speed.",
+    ]
+
+
+def compile_check(spec: str, arch: str = "sm_90") -> str:
+    return (f"`ratchet check {spec} FILE --arch {arch}` compiles every `@triton.jit` kernel the file launches "
+            "(on the CPU shapes, with the types and constexprs of its real launches) through Triton's compiler "
+            f"to PTX and `ptxas` for {arch}, without a GPU; CUDA C++ with `nvcc` where it is installed. A file "
+            "that fails here would fail on the GPU: fix it before spending GPU time.")
+
+
+def cuda_cpp_rule() -> str:
+    return ("CUDA C++: build it inside `kernel` with `ratchet.cuda_build.load_cached` (`load_cached(name, "
+            "cuda_src, cpp_src, functions, defines=...)`), which calls `torch.utils.cpp_extension.load_inline` once per source and "
+            "`-D` defines and reuses the build in later calls and evaluations (never build at import). Each "
+            "SPACE value passed as a define is a build of its own, compiled in the config's first call "
+            "(17-27 s on the H200's host with other evaluations running); pass what can be a runtime "
+            "argument (block size, a flag) as one.")

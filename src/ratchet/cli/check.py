@@ -1,0 +1,63 @@
+"""``ratchet check TASK CANDIDATE --arch sm_90``: compile the candidate's kernels for a GPU's architecture
+on a machine without that GPU (``ratchet.agents.compile_check``); never judged, never recorded."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(sub, parser_class) -> None:
+    ck = sub.add_parser("check", help="compile a candidate's Triton kernels (and CUDA C++) for a GPU architecture, "
+                        "no GPU needed", description=(
+                            "Call the candidate's kernel(...) on the task's CPU shapes with every Triton launch "
+                            "replaced by a compile for --arch (Triton to PTX, then ptxas, with the launch's own "
+                            "types and constexprs; every config of an autotuned kernel) and CUDA C++ given to "
+                            "ratchet.cuda_build.load_cached or load_inline compiled with nvcc where it is "
+                            "installed. Catches code that Triton's interpreter accepts and its compiler refuses. "
+                            "Says nothing about correctness or speed. Exit 0 all compiled, 1 a kernel did not, "
+                            "2 the check could not run."))
+    ck.add_argument("task", metavar="TASK", help="built-in task name or task file")
+    ck.add_argument("candidate", metavar="CANDIDATE", help="candidate file defining kernel(...)")
+    ck.add_argument("--arch", default="sm_90", metavar="SM", help="target architecture (default: sm_90, the H100 "
+                    "and H200)")
+    ck.add_argument("--config", metavar="JSON", help="one point of the candidate's SPACE (default: its first values)")
+    ck.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    ck.set_defaults(func=cmd_check)
+
+
+def cmd_check(args) -> int:
+    import sys
+
+    from ratchet.agents.compile_check import CheckError, check_candidate, parse_arch
+    from ratchet.candidate import load_candidate, parse_config
+    from ratchet.cli.common import UsageError
+    from ratchet.task import load_task
+
+    try:
+        parse_arch(args.arch)
+    except CheckError as exc:
+        raise UsageError(str(exc)) from None
+    task = load_task(args.task)  # a bad task or candidate is one line before any subprocess starts
+    candidate = load_candidate(args.candidate)
+    config = candidate.resolve_config(parse_config(args.config))
+    report = check_candidate(task.source_path or args.task, candidate.path, args.arch, config)
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        for k in report.kernels:
+            status = "ok" if k.ok else "FAILED"
+            shared = f", {k.shared_bytes} B shared" if k.shared_bytes else ""
+            print(f"{status:6} {k.kernel}{k.signature}{shared}" + (f": {k.message}" if k.message else ""))
+        for note in report.notes:
+            print(f"note: {note}")
+        if report.ok:
+            print(f"{len(report.kernels)} kernel compile(s) for {report.arch}: all compiled")
+    if report.error:
+        print(f"ratchet: error: {report.error}", file=sys.stderr)
+        return 2
+    failed = [k for k in report.kernels if not k.ok]
+    if failed:
+        first = failed[0]
+        print(f"ratchet: {first.kernel} does not compile for {report.arch}: {first.message}", file=sys.stderr)
+        return 1
+    return 0

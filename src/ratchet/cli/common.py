@@ -1,0 +1,86 @@
+"""What every command shares: the one-line usage error, the parser class, device and flag parsing, the ledger."""
+
+from __future__ import annotations
+
+import argparse
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not argparse's usage block
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_device(requested: str | None) -> str:
+    import torch
+
+    device = requested or default_device()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is present on this machine (use --device cpu)")
+    return device
+
+
+def parse_speedup(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text.lower().removesuffix("x"))
+    except ValueError:
+        raise UsageError(f"--target '{text}' is not a speedup like 3x or 1.5") from None
+    if value <= 0:
+        raise UsageError("--target must be positive")
+    return value
+
+
+def parse_duration(text: str | None) -> float | None:
+    if text is None:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        if text[-1].lower() in units:
+            value = float(text[:-1]) * units[text[-1].lower()]
+        else:
+            value = float(text)
+    except (ValueError, IndexError):
+        raise UsageError(f"--time '{text}' is not a duration like 90s, 20m or 2h") from None
+    if value <= 0:
+        raise UsageError("--time must be positive")
+    return value
+
+
+def parse_gpus(text: str | None, device: str) -> list[int] | None:
+    if text is None:
+        return None
+    import torch
+
+    if device != "cuda":
+        raise UsageError("--gpus needs --device cuda")
+    try:
+        gpus = [int(g) for g in text.split(",") if g.strip()]
+    except ValueError:
+        raise UsageError(f"--gpus '{text}' is not a list of GPU indices like 0,1") from None
+    bad = [g for g in gpus if not 0 <= g < torch.cuda.device_count()]
+    if not gpus or bad:
+        raise UsageError(f"--gpus {text}: this machine has {torch.cuda.device_count()} GPU(s)")
+    if len(set(gpus)) != len(gpus):
+        # Each GPU's evaluations share one device lock; a GPU listed twice would time two at once.
+        raise UsageError(f"--gpus {text}: list each GPU once")
+    return gpus
+
+
+def open_ledger(path: str | None, create: bool = True):
+    from ratchet.run.ledger import Ledger, default_ledger_path
+
+    return Ledger(default_ledger_path(path), create=create)
+

@@ -1,0 +1,136 @@
+"""``ratchet gate RUN --workload W``: is the run's best kernel a win for the whole model step?
+Exit 0 when it passes, 1 when it does not, 2 on bad usage (see ``ratchet.e2e.gate``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(sub, parser_class) -> None:
+    gate = sub.add_parser("gate", help="put a run's best kernel into a workload: no setting slower, same logits",
+                          description="Put the best kernel of RUN into workload W and compare it with the "
+                          "workload without it: decode at every context and batch of the grid with CUDA graphs on "
+                          "(on a CPU: eager steps, graph capture simulated), and prefill. A setting fails when the "
+                          "step is slower beyond noise, the logits differ beyond the task's tolerance carried "
+                          "through the model, or the kernel breaks graph capture. The outcome is written next to "
+                          "the ledger (gates/), where 'ratchet stack' finds it. Exit 0 pass, 1 fail, 2 bad usage.")
+    gate.add_argument("run", metavar="RUN", help="the run whose best kernel to gate")
+    gate.add_argument("--workload", required=True, choices=["llama", "deepseek"], help="the model step to gate on")
+    gate.add_argument("--size", choices=["full", "tiny"], help="workload size (default: full on cuda, tiny on cpu)")
+    gate.add_argument("--device", choices=["cpu", "cuda"], help="default: the run's device")
+    gate.add_argument("--contexts", metavar="LIST", help="decode contexts, e.g. 1024,8192,32768 (default: full 1k, "
+                      "8k, 32k, and 64k, 128k where memory allows; tiny 64, 256, 1024)")
+    gate.add_argument("--batches", metavar="LIST", help="decode batch sizes (default: full 1,32; tiny 1,4)")
+    gate.add_argument("--prefill", metavar="LIST", help="prefill settings BxS, e.g. 1x4096,8x512 (default: full "
+                      "1x4096; tiny 1x256; 'none' for no prefill)")
+    gate.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    gate.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or "
+                      ".ratchet/ledger.sqlite)")
+    gate.set_defaults(func=cmd_gate)
+
+
+def parse_ints(text: str | None, flag: str) -> tuple[int, ...] | None:
+    from ratchet.cli.common import UsageError
+
+    if text is None:
+        return None
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UsageError(f"{flag} '{text}' is not a list of whole numbers like 1,32") from None
+    if not values or min(values) < 1:
+        raise UsageError(f"{flag} needs positive whole numbers")
+    return values
+
+
+def parse_prefill(text: str | None) -> tuple[tuple[int, int], ...] | None:
+    from ratchet.cli.common import UsageError
+
+    if text is None:
+        return None
+    if text.strip().lower() == "none":
+        return ()
+    out = []
+    for item in text.split(","):
+        try:
+            b, s = (int(v) for v in item.lower().split("x"))
+        except ValueError:
+            raise UsageError(f"--prefill '{item}' is not BATCHxLENGTH like 1x4096") from None
+        if b < 1 or s < 1:
+            raise UsageError("--prefill needs a positive batch and length")
+        out.append((b, s))
+    return tuple(out)
+
+
+def default_size(device: str) -> str:
+    return "full" if device == "cuda" else "tiny"
+
+
+def cmd_gate(args) -> int:
+    from dataclasses import replace
+
+    from ratchet.cli.common import UsageError, open_ledger, resolve_device
+    from ratchet.e2e.gate import GateError, GateRequest, default_grid, gates_dir_for, run_gate
+    from ratchet.run.ledger import LedgerError, default_ledger_path
+
+    try:
+        with open_ledger(args.ledger, create=False) as ledger:
+            run = ledger.get_run(args.run)
+            device = resolve_device(args.device or run["device"])
+            size = args.size or default_size(device)
+            grid = default_grid(size)
+            contexts = parse_ints(args.contexts, "--contexts")
+            if contexts is not None:  # contexts given: exactly those, nothing added where memory allows
+                grid = replace(grid, contexts=contexts, extra_contexts=())
+            grid = replace(grid, batches=parse_ints(args.batches, "--batches") or grid.batches)
+            prefill = parse_prefill(args.prefill)
+            if prefill is not None:
+                grid = replace(grid, prefill=prefill)
+            request = GateRequest(run=args.run, workload=args.workload, size=size, device=device, grid=grid)
+            progress = (lambda line: print(line, file=sys.stderr, flush=True)) if not args.json else (lambda line: None)
+            result = run_gate(ledger, request, gates_dir_for(default_ledger_path(args.ledger)), progress=progress)
+    except (GateError, UsageError, LedgerError) as exc:
+        if args.json:  # programs reading stdout still get their one object
+            print(json.dumps({"run": args.run, "workload": args.workload, "verdict": "error", "passed": False,
+                              "reasons": [{"code": "bad_input", "detail": str(exc)}]}))
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        print_gate(result)
+    return 0 if result.passed else 1
+
+
+def _us(value) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def print_gate(result) -> None:
+    a = result.attempt
+    print(f"ratchet gate {result.run}: {result.op} attempt {a['seq']} (sha {a['source_sha256'][:12]}, config "
+          f"{a['config']}) in {result.workload} ({result.size}, {result.device}: {result.device_name})")
+    header = f"{'setting':<22} {'graphs':<9} {'baseline us':>12} {'kernel us':>12} {'ratio':>7} {'noise':>6} " \
+             f"{'logits err/allowed':>19}  verdict"
+    print(header)
+    print("-" * len(header))
+    for s in result.settings:
+        c = s.comparison
+        ratio = f"{c.ratio:.3f}" if c else "-"
+        noise = f"{100 * c.noise:.1f}%" if c else "-"
+        logits = f"{s.logits_err:.1e}/{s.logits_budget:.1e}" if s.logits_err is not None else "-"
+        base = f"{_us(s.baseline.median_us)}" if s.baseline else "-"
+        kern = f"{_us(s.kernel.median_us)}" if s.kernel else "-"
+        verdict = s.verdict + (f" ({s.reason})" if s.reason else "")
+        print(f"{s.label:<22} {s.graphs:<9} {base:>12} {kern:>12} {ratio:>7} {noise:>6} {logits:>19}  {verdict}")
+    pinned = sorted({op for s in result.settings for op in s.pinned})
+    if pinned:
+        print(f"- {', '.join(pinned)} pinned at the baseline's outputs in every run of a setting (a router's near-ties "
+              f"would otherwise flip experts and compare luck, not the kernel)")
+    for note in result.notes:
+        print(f"- {note}")
+    if result.passed:
+        print(f"PASS: no setting slower beyond noise, logits match; recorded in {result.gate_file}")
+    else:
+        print("FAIL: " + "; ".join(f"{r['code']}: {r['detail']}" for r in result.reasons))
+        print(f"recorded in {result.gate_file}")

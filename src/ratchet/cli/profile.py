@@ -1,0 +1,169 @@
+"""``ratchet profile WORKLOAD``: which ops of a workload's decode and prefill steps matter, the Amdahl
+bound on what speeding each up can buy, the built-in tasks worth a run, and (``--extract DIR``) task
+files for ops with no task (``ratchet.e2e.profile``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+TABLE_ROWS = 15  # ops shown per phase (the rest are summed in one row; --json has them all)
+SHOWN_SHAPES = 3
+
+
+def register(sub, parser_class) -> None:
+    p = sub.add_parser(
+        "profile", help="profile a workload's decode and prefill: time per op, Amdahl bounds, tasks worth a run",
+        description=(
+            "Run WORKLOAD's decode steps and a prefill under torch.profiler (eager, so every op is visible; on "
+            "CUDA the decode step is also timed as a CUDA graph replay) and split each step's time among the "
+            "registry's ops (each mapped to its built-in task, with the shapes the workload runs) and every other "
+            "op (GEMMs, attention, MoE experts, copies), grouped by profiler op name and input shapes. For each: "
+            "its share of the step and Amdahl's bound on the whole step's speedup if the op took no time or ran "
+            "2x faster. Then the built-in tasks worth a run, by share (decode x 1, prefill x 0.5), and the ops "
+            "with no task. --extract DIR writes a task file, with a seed that runs its reference, for each op "
+            "with no task that Ratchet can rebuild (F.linear GEMMs, bmm, MoE grouped GEMM, prefill attention)."))
+    p.add_argument("workload", metavar="WORKLOAD", help="built-in workload: llama or deepseek")
+    p.add_argument("--size", choices=["full", "tiny"], help="full: real widths in bf16 (needs a GPU); tiny: small, "
+                   "fp32, for a CPU (default: full on cuda, tiny on cpu)")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if present, else cpu")
+    p.add_argument("--batch", type=int, metavar="N", help="decode rows (default: 8 full, 2 tiny)")
+    p.add_argument("--context", type=int, metavar="N", help="cached tokens before the decode steps (default: 4096 "
+                   "full, 32 tiny)")
+    p.add_argument("--prefill", type=int, metavar="N", help="tokens of the one prefill prompt; 0 skips prefill "
+                   "(default: 2048 full, 32 tiny)")
+    p.add_argument("--steps", type=int, metavar="N", help="decode steps, and prefills, profiled; each op's time "
+                   "is the least over them (default: 5 full, 3 tiny)")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    p.add_argument("--extract", metavar="DIR", help="write DIR/<workload>_<op>/task.py (and seeds/) for the ops "
+                   "with no built-in task that can be rebuilt")
+    p.add_argument("--force", action="store_true", help="with --extract: replace task files that exist")
+    p.set_defaults(func=cmd_profile)
+
+
+def cmd_profile(args) -> int:
+    from ratchet.cli.common import UsageError, resolve_device
+    from ratchet.e2e.extract import extract_tasks
+    from ratchet.e2e.profile import DEFAULTS, ProfileError, profile_workload
+
+    if args.force and not args.extract:
+        raise UsageError("--force goes with --extract DIR")
+    device = resolve_device(args.device)
+    size = args.size or ("full" if device == "cuda" else "tiny")
+    settings = {k: DEFAULTS[size][k] if getattr(args, k) is None else getattr(args, k)
+                for k in ("batch", "context", "prefill", "steps")}
+    try:  # the settings are checked before anything is built
+        prof = profile_workload(args.workload, size, device, settings["batch"], settings["context"],
+                                settings["prefill"], settings["steps"],
+                                progress=lambda msg: print(f"ratchet profile: {msg}", file=sys.stderr, flush=True))
+    except ProfileError as exc:
+        raise UsageError(str(exc)) from None
+    except (MemoryError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+        if not any(word in str(exc).lower() for word in ("out of memory", "allocate")):
+            raise
+        raise UsageError(f"out of memory profiling {args.workload} ({size}) at batch {settings['batch']}, context "
+                         f"{settings['context']}, prefill {settings['prefill']}: use smaller numbers") from None
+    extracted = []
+    if args.extract:
+        try:
+            extracted = extract_tasks(prof, args.extract, force=args.force)
+        except OSError as exc:
+            raise UsageError(f"cannot write under {args.extract}: {exc.strerror or exc}") from None
+    if args.json:
+        out = prof.to_json()
+        if args.extract:
+            out["extracted"] = [vars(e) for e in extracted]
+        print(json.dumps(out))
+        return 0
+    print_profile(prof)
+    if args.extract:
+        print_extracted(extracted, args.extract)
+    return 0
+
+
+# -- printing --------------------------------------------------------------------------------------------
+def _x(value: float) -> str:
+    return "unbounded" if not math.isfinite(value) else f"{value:.3f}x"
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f}%"
+
+
+def _shapes(op) -> str:
+    shown = [f"{s.label} {s.dtype or ''}".strip() for s in op.shapes[:SHOWN_SHAPES]]
+    more = len(op.shapes) - SHOWN_SHAPES
+    return "; ".join(shown) + (f"; +{more} more" if more > 0 else "")
+
+
+def print_profile(prof, console=None) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console()
+    console.print(f"[bold]ratchet profile[/] {prof.workload} ({prof.size}, {prof.device}, {prof.dtype})")
+    for phase in prof.phases:
+        setting = ", ".join(f"{k} {v}" for k, v in phase.setting.items())
+        extra = f"; unprofiled eager {phase.unprofiled_step_us:.0f} µs" if phase.unprofiled_step_us else ""
+        if phase.graph_step_us:
+            extra += f"; CUDA graph {phase.graph_step_us:.0f} µs"
+        table = Table(title=escape(f"{phase.name} ({setting}): step {phase.step_us:.0f} µs [{phase.basis}]{extra}"))
+        for col, justify in (("op", "left"), ("task", "left"), ("calls", "right"), ("µs", "right"),
+                             ("share", "right"), ("if free", "right"), ("if 2x", "right"), ("shapes", "left")):
+            table.add_column(col, justify=justify, overflow="fold")
+        shown = phase.ops[:TABLE_ROWS]
+        for op in shown:
+            table.add_row(Text(op.name), Text(op.task or "-"), f"{op.calls:g}", f"{op.time_us:.1f}", _pct(op.share),
+                          _x(op.speedup_if_free), _x(op.speedup_if_2x), Text(_shapes(op)))
+        rest = phase.ops[TABLE_ROWS:]
+        if rest:
+            t = sum(o.time_us for o in rest)
+            table.add_row(Text(f"({len(rest)} more ops)"), "", "", f"{t:.1f}", _pct(sum(o.share for o in rest)),
+                          "", "", "")
+        table.add_row(Text("(no op: Python, gaps, profiler)"), "", "", f"{phase.other_us:.1f}",
+                      _pct(phase.other_share), "", "", "")
+        console.print(table)
+        for note in phase.notes:
+            console.print(f"  note: {note}")
+    console.print("[bold]Tasks worth a run[/] (by share: decode x 1, prefill x 0.5; bounds: the step's speedup if "
+                  "the op took no time / ran 2x faster)")
+    for i, c in enumerate(prof.worth_a_run, 1):
+        console.print(Text(f"{i}. {c.name}: {_pct(c.score)}  " + _by_phase(c)))
+        for phase, shapes in c.shapes.items():
+            for s in shapes:
+                judged = ("in its public shapes" if s["in_task_public"] else
+                          "in its held-out ranges" if s["in_task_held_out"] else "NOT in its shape set")
+                dtype = "" if s["dtype_judged"] else f", {s['dtype']} not judged"
+                console.print(Text(f"     {phase}: {shape_text(s['shape'])} {s['dtype']}: {judged} "
+                                   f"({prof.device} set){dtype}"))
+    if prof.no_task:
+        console.print("[bold]Ops with no task[/] (from 1% of a step)")
+        for c in prof.no_task:
+            how = f"--extract writes task '{prof.workload}_{c.extractor}'" if c.extractor else "no extractor"
+            console.print(Text(f"- {c.name} ({c.family}): {_pct(c.score)}  {_by_phase(c)}; {how}"))
+    for note in prof.notes:
+        console.print(f"note: {note}")
+
+
+def shape_text(shape) -> str:
+    from ratchet.e2e.profile import shape_label
+
+    return shape_label(shape)
+
+
+def _by_phase(c) -> str:
+    return "; ".join(f"{ph} {_pct(s)} (if free {_x(c.speedup_if_free[ph])}, 2x {_x(c.speedup_if_2x[ph])})"
+                     for ph, s in c.shares.items())
+
+
+def print_extracted(extracted, out_dir) -> None:
+    if not extracted:
+        print(f"--extract: no op with no task here can be rebuilt as a task; nothing written to {out_dir}")
+        return
+    for e in extracted:
+        verb = "wrote" if e.written else "kept (exists; --force replaces it)"
+        print(f"{verb} {e.path}: {e.family}, {len(e.shapes)} profiled shapes, {e.dtype}; check it with "
+              f"'ratchet eval {e.path} {e.seed} --device cpu'")

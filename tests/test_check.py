@@ -1,0 +1,120 @@
+"""`ratchet check TASK CANDIDATE --arch sm_90`: every launched Triton kernel compiled for the GPU through
+Triton to PTX and ptxas on this machine without a GPU. A value shaped differently in two branches of an
+`if` passes the interpreter and must fail here, in one line naming the kernel and the compiler's message."""
+
+import json
+import shutil
+import textwrap
+
+import pytest
+
+from ratchet.cli import main
+
+pytest.importorskip("triton")
+
+TASK = textwrap.dedent('''
+    import torch
+    from ratchet.task import ShapeSet, Task
+
+    def reference(x):
+        return x * 2
+
+    def make_inputs(shape, dtype, device, generator):
+        return (torch.randn(shape["N"], generator=generator, device=device).to(dtype),)
+
+    TASK = Task(name="twice", reference=reference, make_inputs=make_inputs,
+                gpu=ShapeSet(public=[{"N": 4096}]), cpu=ShapeSet(public=[{"N": 1000}]))
+''')
+
+CANDIDATE = textwrap.dedent('''
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _twice(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+    @triton.jit
+    def _branchy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        if n > 100:
+            acc = tl.load(x_ptr + offs, mask=mask)
+        else:
+            acc = tl.zeros([2 * BLOCK], dtype=tl.float32)
+        tl.store(out_ptr + offs, acc, mask=mask)
+
+
+    def kernel(x, BLOCK=256):
+        out = torch.empty_like(x)
+        grid = (triton.cdiv(x.numel(), BLOCK),)
+        _twice[grid](x, out, x.numel(), BLOCK=BLOCK)
+        _branchy[grid](x, out, x.numel(), BLOCK=BLOCK)
+        return out
+''')
+
+
+@pytest.mark.slow
+def test_check_compiles_the_good_kernel_and_names_the_bad_one(tmp_path, capsys):
+    task, cand = tmp_path / "task.py", tmp_path / "cand.py"
+    task.write_text(TASK)
+    cand.write_text(CANDIDATE)
+    code = main(["check", str(task), str(cand), "--arch", "sm_90", "--json"])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert code == 1 and report["arch"] == "sm_90" and report["ok"] is False and report["error"] is None
+    by_name = {k["kernel"]: k for k in report["kernels"]}
+    assert set(by_name) == {"_twice", "_branchy"}
+    good, bad = by_name["_twice"], by_name["_branchy"]
+    assert good["ok"] and good["signature"] == "(x_ptr: *fp32, out_ptr: *fp32, n: i32) [BLOCK=256]"
+    assert not bad["ok"] and "Mismatched type for acc between then block" in bad["message"]
+    if_line = CANDIDATE.splitlines().index("    if n > 100:") + 1
+    assert bad["message"].startswith(f"cand.py:{if_line}: ")  # the `if` line of the file
+    err = captured.err.strip().splitlines()
+    assert err == [f"ratchet: _branchy does not compile for sm_90: {bad['message']}"]
+
+
+def test_check_refuses_a_bad_arch_in_one_line(tmp_path, capsys):
+    task, cand = tmp_path / "task.py", tmp_path / "cand.py"
+    task.write_text(TASK)
+    cand.write_text(CANDIDATE)
+    assert main(["check", str(task), str(cand), "--arch", "hopper"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not an architecture like sm_90" in err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc: CUDA C++ cannot be checked here")
+def test_check_compiles_cuda_cpp_with_nvcc(tmp_path, capsys):
+    task = tmp_path / "task.py"
+    task.write_text(TASK)
+    source = textwrap.dedent('''
+        import torch
+        from ratchet.cuda_build import load_cached
+
+        CUDA = r"""
+        #include <cuda_runtime.h>
+        __global__ void twice(const float* x, float* y, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) y[i] = 2.0f * x[i]MISSING
+        }
+        """
+
+        def kernel(x):
+            mod = load_cached("twice_ext", CUDA, "void run(at::Tensor x);", ["run"], no_implicit_headers=True)
+            mod.run(x)
+            return x * 2
+    ''')
+    (tmp_path / "ok.py").write_text(source.replace("MISSING", ";"))
+    (tmp_path / "broken.py").write_text(source.replace("MISSING", ""))
+    assert main(["check", str(task), str(tmp_path / "ok.py"), "--json"]) == 0
+    ok = json.loads(capsys.readouterr().out)
+    assert [(k["kernel"], k["ok"]) for k in ok["kernels"]] == [("cuda:twice_ext", True)]
+    assert main(["check", str(task), str(tmp_path / "broken.py"), "--json"]) == 1
+    broken = json.loads(capsys.readouterr().out)
+    assert "error" in broken["kernels"][0]["message"] and "twice_ext.cu" in broken["kernels"][0]["message"]
