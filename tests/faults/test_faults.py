@@ -197,7 +197,7 @@ def test_orphan_children_fail_and_are_ended(name, monkeypatch):
 @pytest.fixture
 def ledger_file(tmp_path, monkeypatch):
     """A real ledger with one run in it, under ``.ratchet/`` of a working directory of its own."""
-    from ratchet.ledger import Ledger
+    from ratchet.run.ledger import Ledger
 
     monkeypatch.chdir(tmp_path)
     path = tmp_path / ".ratchet" / "ledger.sqlite"
@@ -208,7 +208,7 @@ def ledger_file(tmp_path, monkeypatch):
 
 
 def assert_ledger_intact(path: Path, run_id: str, digest: str):
-    from ratchet.ledger import Ledger
+    from ratchet.run.ledger import Ledger
 
     assert sha(path) == digest
     with Ledger(path, create=False) as ledger:
