@@ -2,7 +2,7 @@
 seconds per attempt sampled after each attempt. Memory that grows with attempts (a leak in the judge, a
 worker's GPU memory not given back) or a judge that slows down shows here, not in a 12-attempt run.
 
-The run is the real loop (ratchet.loop.Loop: judge threads, keep rule, ledger) on a task's seeds, with a
+The run is the real loop (ratchet.run.loop.Loop: judge threads, keep rule, ledger) on a task's seeds, with a
 proposer that cycles through every config of every seed until N attempts are judged (a tuner would stop
 when its space is exhausted). After each committed attempt it samples the RSS of this process (the loop
 and its judges) and, on CUDA, the device's used memory (total minus free, all processes); at the end, the
@@ -35,8 +35,8 @@ import torch
 
 from ratchet.candidate import load_candidate
 from ratchet.judge import JudgeOptions
-from ratchet.ledger import Ledger
-from ratchet.loop import Loop, LoopEvent, RunLimits, load_seeds
+from ratchet.run.ledger import Ledger
+from ratchet.run.loop import Loop, LoopEvent, RunLimits, load_seeds
 from ratchet.search.base import Outcome, Proposal
 from ratchet.task import TaskError, load_task
 

@@ -170,10 +170,14 @@ def test_compiling_beyond_the_allowance_is_a_timeout(fake_compiler, monkeypatch)
 
 
 # -- memory ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["memory_runaway", "memory_huge"])
-def test_host_memory_exhaustion_is_out_of_memory(name):
+@pytest.mark.parametrize("name, detail", [
+    ("memory_runaway", "GiB of host memory (limit 1.0 GiB)"),  # the judge's RSS watch
+    ("memory_huge", "can't allocate memory"),  # the worker's address-space limit, at once
+])
+def test_host_memory_exhaustion_is_out_of_memory(name, detail):
     v = judge(name)
     assert v.verdict == "error" and codes(v) == ["out_of_memory"], v.reasons
+    assert detail in v.reasons[0].detail
 
 
 # -- orphans --------------------------------------------------------------------------------------------
@@ -193,7 +197,7 @@ def test_orphan_children_fail_and_are_ended(name, monkeypatch):
 @pytest.fixture
 def ledger_file(tmp_path, monkeypatch):
     """A real ledger with one run in it, under ``.ratchet/`` of a working directory of its own."""
-    from ratchet.ledger import Ledger
+    from ratchet.run.ledger import Ledger
 
     monkeypatch.chdir(tmp_path)
     path = tmp_path / ".ratchet" / "ledger.sqlite"
@@ -204,7 +208,7 @@ def ledger_file(tmp_path, monkeypatch):
 
 
 def assert_ledger_intact(path: Path, run_id: str, digest: str):
-    from ratchet.ledger import Ledger
+    from ratchet.run.ledger import Ledger
 
     assert sha(path) == digest
     with Ledger(path, create=False) as ledger:

@@ -1,5 +1,6 @@
 """No process outlives the judge: ``ratchet eval`` ended by SIGTERM or SIGKILL mid-evaluation takes its
-keeper, its worker and the worker's children (one that ignores SIGTERM) with it within seconds."""
+keeper, its worker and the worker's children (one that ignores SIGTERM) with it within seconds, and its
+scratch folder."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from ratchet.judge import box
 
 HERE = Path(__file__).parent
 TASK = HERE.parent / "data" / "tasks" / "axpby.py"
@@ -53,15 +56,19 @@ def test_killing_ratchet_eval_ends_its_whole_tree(sig, tmp_path):
             tree = me.children(recursive=True)
             return tree if any(marker in (p.cmdline() or []) for p in _safe(tree)) else None
 
-        tree = wait_for(child_started, 60)
+        tree = wait_for(child_started, 180)  # a loaded machine starts torch slowly
         assert tree, "the candidate's child never started"
         workers = [p for p in _safe(tree) if "ratchet.judge.worker" in " ".join(p.cmdline())]
         assert workers, [p.cmdline() for p in _safe(tree)]
+        keepers = [p for p in _safe(tree) if p.cmdline()[2:3] == [box.__file__]]
+        scratch = box.BoxPlan.from_arg(keepers[0].cmdline()[4]).scratch
+        assert os.path.isdir(scratch)
         judge.send_signal(sig)
         judge.wait(timeout=10)
         wait_for(lambda: not alive(tree), 5)
         left = alive(tree)
         assert left == [], [p.cmdline() for p in _safe(left)]
+        assert not os.path.exists(scratch)  # the keeper removed it: the judge could not
     finally:
         if judge.poll() is None:
             judge.kill()

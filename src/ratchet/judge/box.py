@@ -324,6 +324,21 @@ def end_descendants(grace_s: float = GRACE_S):
     _reap()
 
 
+def remove_tree(path: str):
+    """Remove a scratch folder, including what its candidate left without write or search permission."""
+    import shutil
+
+    if not os.path.lexists(path):
+        return
+    for root, dirs, _ in os.walk(path):
+        for name in dirs:
+            try:
+                os.chmod(os.path.join(root, name), 0o700, follow_symlinks=False)
+            except OSError:
+                pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def _reap():
     while True:
         try:
@@ -361,6 +376,7 @@ def keep(judge_pid: int, plan: BoxPlan, fds: list[int], cmd: list[str]) -> int:
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
         end_descendants()
+        remove_tree(plan.scratch)  # here too: a judge killed by SIGKILL cannot
     return status
 
 
