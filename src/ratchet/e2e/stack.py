@@ -43,7 +43,8 @@ from ratchet.run.ledger import Ledger, config_key
 from ratchet.e2e.step_timing import (
     DecodeBench, Entry, Timing, apply_impls, compare, policy_for, synchronize, time_interleaved, tokens_per_s,
 )
-from ratchet.e2e.workloads import OpRegistry, build, load_kernel
+from ratchet.e2e.models import load_model
+from ratchet.e2e.workloads import OpRegistry, load_kernel
 
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
@@ -219,7 +220,10 @@ def run_stack(ledger: Ledger, request: StackRequest, gates_dir: Path,
         promoted, notes = promoted_kernels(ledger, gates_dir, request, Path(tmp))
         result.notes += notes
         plans = _plan(request, promoted, result.notes)
-        model = build(request.workload, request.size, device=request.device, seed=request.seed, registry=OpRegistry())
+        model = load_model(request.workload, size=request.size, device=request.device, seed=request.seed,
+                           registry=OpRegistry())
+        if not getattr(model, "decodes", True):
+            raise StackError(f"{request.workload} is a forward-only module (no decode step): the stack needs a decoder")
         top_p = TOP_P if any(p.op in SAMPLING_OPS for p in promoted) else None
         policy = policy_for(request.device)
         bench = DecodeBench(model, request.batch, request.context, slack=policy.max_steps + 4, seed=request.seed,
