@@ -15,7 +15,8 @@ import sys
 from ratchet.cli.common import EXIT_USAGE, Parser, UsageError
 
 # The order is the order of ``ratchet --help``.
-COMMANDS = ("eval", "run", "runs", "tasks", "hw", "idea", "context", "program", "mcp", "profile", "gate", "stack")
+COMMANDS = ("eval", "run", "runs", "tasks", "hw", "idea", "context", "program", "mcp", "profile", "optimize", "gate", "stack",
+            "export")
 
 
 def _modules() -> list[str]:

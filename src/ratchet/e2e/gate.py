@@ -303,7 +303,12 @@ def _grid_json(grid: GateGrid) -> dict:
 def covers_default_grid(gate: dict, size: str) -> bool:
     """Whether a recorded gate measured at least the default grid of ``size`` (its contexts, batches and
     prefills): only such a gate promotes a kernel, not one on a hand-picked easy corner."""
-    grid, want = gate.get("grid") or {}, default_grid(size)
+    return covers_grid(gate, default_grid(size))
+
+
+def covers_grid(gate: dict, want: GateGrid) -> bool:
+    """Whether a recorded gate measured at least ``want``'s contexts, batches and prefills."""
+    grid = gate.get("grid") or {}
     prefill = {tuple(p) for p in grid.get("prefill", [])}
     return (set(want.contexts) <= set(grid.get("contexts", [])) and set(want.batches) <= set(grid.get("batches", []))
             and set(want.prefill) <= prefill)

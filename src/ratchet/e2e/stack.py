@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import torch
 
-from ratchet.e2e.gate import SAMPLING_OPS, TOP_P, covers_default_grid, device_name, read_gate
+from ratchet.e2e.gate import SAMPLING_OPS, TOP_P, covers_default_grid, covers_grid, device_name, read_gate
 from ratchet.run.ledger import Ledger, config_key
 from ratchet.e2e.step_timing import (
     DecodeBench, Entry, Timing, apply_impls, compare, policy_for, synchronize, time_interleaved, tokens_per_s,
@@ -64,6 +64,7 @@ class StackRequest:
     compile: bool = True
     compile_mode: str = "default"
     seed: int = 0
+    grid: Any = None  # a GateGrid: the gate must have covered it (default: the size's default grid)
 
 
 def default_setting(size: str) -> tuple[int, int]:
@@ -164,7 +165,7 @@ def promoted_kernels(ledger: Ledger, gates_dir: Path, request: StackRequest, ker
         elif not gate.get("passed"):
             why = "; ".join(r["code"] for r in gate.get("reasons", [])) or "failed"
             notes.append(f"run {run_id} skipped: it failed its gate on {where} ({why})")
-        elif not covers_default_grid(gate, request.size):
+        elif not (covers_grid(gate, request.grid) if request.grid else covers_default_grid(gate, request.size)):
             notes.append(f"run {run_id} skipped: its gate covered less than the default grid of {request.size} "
                          f"(contexts, batches, prefill); run {again}")
         elif (gate["attempt"]["source_sha256"], gate["attempt"]["config_key"]) != (
