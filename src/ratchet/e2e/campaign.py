@@ -184,11 +184,12 @@ class Campaign:
                 entries.append({"op": e.name, "kind": "extracted", "task": e.path, "seeds": [e.seed],
                                 "family": e.family, "score": ranked.score,
                                 "decode_share": ranked.shares.get("decode", ranked.score)})
-        entries = [e for e in entries if e["score"] >= MIN_SCORE]
-        if r.ops:
+        if r.ops:  # asked for by name: taken whatever their share
             entries = [e for e in entries if e["op"] in r.ops or e.get("family") in r.ops]
             if not entries:
-                raise CampaignError(f"none of --ops {','.join(r.ops)} is an op of {r.model} worth a run")
+                raise CampaignError(f"none of --ops {','.join(r.ops)} is an op {r.model} runs")
+        else:
+            entries = [e for e in entries if e["score"] >= MIN_SCORE]
         if not entries:
             raise CampaignError(f"{r.model}: no op takes {MIN_SCORE:.1%} of a step; nothing to optimize")
         entries.sort(key=lambda e: -e["score"])
