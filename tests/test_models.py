@@ -253,3 +253,24 @@ def test_profile_cli_on_a_forward_only_module(tmp_path, capsys):
     assert [r["task"] for r in out["worth_a_run"]] == ["rmsnorm"]
     assert main(["profile", "nothing-here", "--device", "cpu"]) == 2
     assert "neither a built-in workload" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["llama", "qwen3_moe", "deepseek_v3"])
+def test_a_transformers_decode_step_is_captured_in_a_cuda_graph(family):
+    """On a GPU: the adapted model's decode step captured as a CUDA graph gives the eager step's logits."""
+    from transformers import AutoModelForCausalLM
+
+    from ratchet.e2e.step_timing import DecodeBench
+
+    torch.manual_seed(0)
+    config = families.config(family)
+    config._experts_implementation = "grouped_mm"
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    decoder = wrap(model, OpRegistry())
+    bench = DecodeBench(decoder, 4, 256, slack=16)
+    eager = bench.runner(cuda_graph=False).step().float().clone()
+    graphed = bench.runner(cuda_graph=True)
+    bench.reset()
+    torch.testing.assert_close(graphed.step().float(), eager, atol=2e-2, rtol=2e-2)
