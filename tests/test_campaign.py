@@ -176,3 +176,24 @@ def test_bad_optimize_and_export_input_is_one_line(tmp_path):
         proc = _ratchet(*argv, check=False, timeout=300)
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert main is not None
+
+
+def test_attempts_a_run_left_go_to_the_ops_not_started(tmp_path):
+    from ratchet.e2e.campaign import Campaign, CampaignRequest
+    from ratchet.run import campaigns as store
+    from ratchet.run.ledger import Ledger
+
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        cid = store.create_campaign(ledger, "llama", "cpu", CampaignRequest(model="llama", budget=10).to_json())
+        plan = [{"op": "rmsnorm", "score": 0.6, "budget": 6}, {"op": "silu_mul", "score": 0.3, "budget": 3},
+                {"op": "rope", "score": 0.1, "budget": 1}]
+        store.save_state(ledger, cid, {"plan": plan, "runs": {}, "gates": {}})
+        run = ledger.create_run(task="rmsnorm", task_path="rmsnorm", device="cpu", device_name="cpu",
+                                proposer="tune", budget_attempts=6, options={"campaign": cid, "campaign_op": "rmsnorm"})
+        campaign = Campaign(ledger, cid, tmp_path / "gates")
+        # Still running: its whole budget counts as spent; the other two share the 4 left by score.
+        assert campaign._rebudget(plan[1])["budget"] == 3 and campaign._rebudget(plan[2])["budget"] == 1
+        ledger.set_status(run, "done", "target reached")  # it stopped with no attempt: all 10 are left
+        assert campaign._rebudget(plan[1])["budget"] == 8 and campaign._rebudget(plan[2])["budget"] == 2
+        assert [r["id"] for r in store.campaign_runs(ledger, cid)] == [run]  # found by its options, attached
+        assert ledger.get_run(run)["campaign"] == cid

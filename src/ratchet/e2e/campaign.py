@@ -8,7 +8,9 @@ Stages, each recorded in the ledger (``ratchet.run.campaigns``) before the next 
    weighted step time on, in Amdahl order (largest share first);
 2. plan: the attempt budget (or the time) is shared by the gain each op can still give: its share of
    the step, which is what Amdahl's law says making it free saves. Every planned op gets at least one
-   attempt; when the budget is smaller than the ops, the largest shares go first;
+   attempt; when the budget is smaller than the ops, the largest shares go first. When an op's run
+   starts, it gets its share of the attempts still unspent among the ops not started yet, so attempts a
+   run did not use (goal reached, search space exhausted) go to the others;
 3. runs: each op's run through the loop's own API (``start_or_resume``: the task's seeds, or the
    extracted task's plain-torch seed, with the chosen proposer). A run is created with the campaign's
    id in its options (one transaction), so a run interrupted at any point is found and resumed, never
@@ -223,6 +225,8 @@ class Campaign:
             if run is not None and run["status"] == "done":
                 continue
             self.view()
+            if run is None:
+                planned = self._rebudget(planned)
             run_id = run["id"] if run is not None else self._create_run(planned)
             self.state["runs"][planned["op"]] = run_id
             self.save()
@@ -230,6 +234,21 @@ class Campaign:
             if code == 130:
                 raise KeyboardInterrupt
         return "every planned op ran its budget"
+
+    def _rebudget(self, planned: dict) -> dict:
+        """An op about to start gets its share of the attempts still unspent, among the ops not started
+        yet: attempts an earlier run left (it stopped at its goal, or its search space ran out) go on to
+        the gain the others can still give."""
+        total = self.request.budget
+        if total is None:
+            return planned
+        runs = self._runs_by_op()
+        spent = sum(run["attempts"] if run["status"] == "done" else (run["budget_attempts"] or 0)
+                    for run in runs.values())
+        waiting = [p for p in self.state["plan"] if p["op"] not in runs]
+        weight = sum(p["score"] for p in waiting) or 1.0
+        left = max(total - spent, len(waiting))
+        return {**planned, "budget": max(1, round(left * planned["score"] / weight))}
 
     def _create_run(self, planned: dict) -> str:
         from ratchet.e2e.gate import device_name
