@@ -197,3 +197,21 @@ def test_attempts_a_run_left_go_to_the_ops_not_started(tmp_path):
         assert campaign._rebudget(plan[1])["budget"] == 8 and campaign._rebudget(plan[2])["budget"] == 2
         assert [r["id"] for r in store.campaign_runs(ledger, cid)] == [run]  # found by its options, attached
         assert ledger.get_run(run)["campaign"] == cid
+
+
+def test_an_old_ledger_gets_the_campaign_schema_added(tmp_path):
+    """A ledger written before campaigns existed: runs gain a campaign column (NULL for old runs), the
+    campaigns table appears, and the old runs read as before."""
+    from ratchet.run import campaigns as store
+    from ratchet.run.ledger import Ledger
+
+    path = tmp_path / "old.sqlite"
+    with Ledger(path) as ledger:
+        old = ledger.create_run(task="rmsnorm", task_path="rmsnorm", device="cpu", device_name="cpu", proposer="tune")
+        assert not store.has_campaigns(ledger) and "campaign" not in ledger.get_run(old)
+        cid = store.create_campaign(ledger, "llama", "cpu", {"model": "llama"})
+        assert store.has_campaigns(ledger) and ledger.get_run(old)["campaign"] is None
+        assert store.get_campaign(ledger, cid)["profile"] == {} and store.campaign_runs(ledger, cid) == []
+        store.ensure_schema(ledger)  # again: nothing to do
+    with sqlite3.connect(path) as db:
+        assert {r[1] for r in db.execute("PRAGMA table_info(campaigns)")} >= {"id", "state_json", "profile_json"}

@@ -202,6 +202,7 @@ class Campaign:
                                  "other_share": {ph.name: ph.other_share for ph in prof.phases}}
         self.state["runs"] = {}
         self.state["gates"] = {}
+        store.save_profile(self.ledger, self.cid, prof.to_json())
         self.save()
 
     def _runs_by_op(self) -> dict[str, dict]:
@@ -342,6 +343,7 @@ class Campaign:
         data = result.to_json()
         kernels = [layer for layer in data["layers"] if layer["kind"] in ("baseline", "kernel")]
         self.state["stack"] = {"measured": kernels[0]["step_us"] / kernels[-1]["step_us"], "batch": batch,
+                               "workload": data["workload"], "size": data["size"], "device": data["device"],
                                "context": context, "layers": data["layers"], "notes": data["notes"],
                                "speedup_vs_reference": data["speedup_vs_reference"]}
         self.save()

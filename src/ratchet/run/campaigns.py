@@ -4,7 +4,8 @@ The schema lives here, apart from the ledger's versioned migrations, and only ad
 table and a ``campaign`` column on ``runs`` (NULL for a run started by ``ratchet run``). ``ensure_schema``
 adds whichever of the two a ledger lacks, in one transaction, so a ledger written before campaigns existed
 is migrated the first time a campaign touches it and stays readable by everything else. A campaign's
-progress (``state``: the profile's plan, what each op's run, gate and the stack gave) is one JSON column,
+progress (``state``: the profile's plan, what each op's run, gate and the stack gave) is one JSON column
+(the profile itself another, ``profile``, for reports),
 rewritten in one transaction per stage, so a campaign killed at any moment resumes from its last stage;
 its runs are found through ``runs.campaign``, never only through the state, so a run created just before
 a kill is found again rather than started twice.
@@ -28,6 +29,7 @@ CREATE TABLE IF NOT EXISTS campaigns (
     device      TEXT NOT NULL,
     options_json TEXT NOT NULL DEFAULT '{}',
     state_json  TEXT NOT NULL DEFAULT '{}',
+    profile_json TEXT NOT NULL DEFAULT '{}',
     status      TEXT NOT NULL CHECK (status IN ('running', 'done', 'stopped')),
     stop_reason TEXT,
     created_at  TEXT NOT NULL,
@@ -45,14 +47,16 @@ def ensure_schema(ledger: Ledger) -> None:
     """Add the campaigns table and runs.campaign where missing (idempotent; a no-op on a current ledger)."""
     conn = ledger._conn
     with ledger._lock:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         columns = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
-    if "campaigns" in tables and "campaign" in columns:
+        campaign_columns = {r[1] for r in conn.execute("PRAGMA table_info(campaigns)")}
+    if "campaign" in columns and "profile_json" in campaign_columns:
         return
     with ledger._write() as c:
         c.execute(_CREATE)
         if "campaign" not in {r[1] for r in c.execute("PRAGMA table_info(runs)")}:
             c.execute("ALTER TABLE runs ADD COLUMN campaign TEXT REFERENCES campaigns(id)")
+        if "profile_json" not in {r[1] for r in c.execute("PRAGMA table_info(campaigns)")}:
+            c.execute("ALTER TABLE campaigns ADD COLUMN profile_json TEXT NOT NULL DEFAULT '{}'")
 
 
 def has_campaigns(ledger: Ledger) -> bool:
@@ -78,6 +82,7 @@ def create_campaign(ledger: Ledger, model: str, device: str, options: dict) -> s
 def get_campaign(ledger: Ledger, cid: str) -> dict[str, Any]:
     if not has_campaigns(ledger):
         raise LedgerError(f"unknown campaign '{cid}' (this ledger holds no campaign)")
+    ensure_schema(ledger)
     with ledger._lock:
         row = ledger._conn.execute("SELECT * FROM campaigns WHERE id = ?", (cid,)).fetchone()
     if row is None:
@@ -85,6 +90,7 @@ def get_campaign(ledger: Ledger, cid: str) -> dict[str, Any]:
     out = dict(row)
     out["options"] = json.loads(out.pop("options_json"))
     out["state"] = json.loads(out.pop("state_json"))
+    out["profile"] = json.loads(out.pop("profile_json"))
     return out
 
 
@@ -99,6 +105,14 @@ def list_campaigns(ledger: Ledger) -> list[dict[str, Any]]:
 def save_state(ledger: Ledger, cid: str, state: dict) -> None:
     with ledger._write() as c:
         c.execute("UPDATE campaigns SET state_json = ?, updated_at = ? WHERE id = ?", (json.dumps(state), _now(), cid))
+
+
+def save_profile(ledger: Ledger, cid: str, profile: dict) -> None:
+    """The campaign's profile (``Profile.to_json()``: phases, ops, the tasks worth a run with their shares),
+    for reports."""
+    with ledger._write() as c:
+        c.execute("UPDATE campaigns SET profile_json = ?, updated_at = ? WHERE id = ?",
+                  (json.dumps(profile), _now(), cid))
 
 
 def set_status(ledger: Ledger, cid: str, status: str, reason: str | None = None) -> None:
