@@ -301,7 +301,7 @@ def test_the_table_and_the_exit_codes(lab):
         (("gate", lab.custom, "--workload", "llama"), "task 'gelu', which is no workload op"),
         (("gate", lab.unkept, "--workload", "llama"), "no kept kernel"),
         (("gate", lab.good, "--workload", "llama", "--contexts", "64,x"), "--contexts"),
-        (("gate", lab.good, "--workload", "mixtral"), "invalid choice"),
+        (("gate", lab.good, "--workload", "mixtral"), "neither a built-in workload"),
         (("gate", lab.good), "--workload"),
     ]:
         code, out, err = cli(*argv, "--ledger", str(lab.path))

@@ -15,8 +15,8 @@ import sys
 from ratchet.cli.common import EXIT_USAGE, Parser, UsageError
 
 # The order is the order of ``ratchet --help``.
-COMMANDS = ("eval", "check", "run", "runs", "tasks", "hw", "idea", "context", "program", "mcp", "profile", "gate",
-            "stack", "report", "dashboard", "doctor")
+COMMANDS = ("eval", "check", "run", "runs", "tasks", "hw", "idea", "context", "program", "mcp", "profile",
+            "optimize", "export", "gate", "stack", "report", "dashboard", "doctor")
 
 
 def _modules() -> list[str]:
@@ -100,7 +100,13 @@ def _is_user_error(exc: Exception) -> bool:
     from ratchet.run.ledger import LedgerError
     from ratchet.task import TaskError
 
-    return isinstance(exc, (TaskError, CandidateError, LedgerError))
+    if isinstance(exc, (TaskError, CandidateError, LedgerError)):
+        return True
+    if "ratchet.e2e.models" in sys.modules:  # only a command that loaded a MODEL can raise its error
+        from ratchet.e2e.models import ModelError
+
+        return isinstance(exc, ModelError)
+    return False
 
 
 if __name__ == "__main__":

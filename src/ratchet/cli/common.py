@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 EXIT_USAGE = 2
+MODEL_HELP = ("a built-in workload (llama, deepseek), a transformers model directory or its config.json (random "
+              "weights when none are there; nothing is downloaded), or module:function")
 
 
 class UsageError(Exception):

@@ -1,4 +1,4 @@
-"""``ratchet gate RUN --workload W``: is the run's best kernel a win for the whole model step?
+"""``ratchet gate RUN --workload MODEL``: is the run's best kernel a win for the whole model step?
 Exit 0 when it passes, 1 when it does not, 2 on bad usage (see ``ratchet.e2e.gate``)."""
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ def register(sub, parser_class) -> None:
                           "through the model, or the kernel breaks graph capture. The outcome is written next to "
                           "the ledger (gates/), where 'ratchet stack' finds it. Exit 0 pass, 1 fail, 2 bad usage.")
     gate.add_argument("run", metavar="RUN", help="the run whose best kernel to gate")
-    gate.add_argument("--workload", required=True, choices=["llama", "deepseek"], help="the model step to gate on")
+    from ratchet.cli.common import MODEL_HELP
+
+    gate.add_argument("--workload", required=True, metavar="MODEL", help="the model whose step to gate on: " + MODEL_HELP)
     gate.add_argument("--size", choices=["full", "tiny"], help="workload size (default: full on cuda, tiny on cpu)")
     gate.add_argument("--device", choices=["cpu", "cuda"], help="default: the run's device")
     gate.add_argument("--contexts", metavar="LIST", help="decode contexts, e.g. 1024,8192,32768 (default: full 1k, "
@@ -72,6 +74,7 @@ def cmd_gate(args) -> int:
 
     from ratchet.cli.common import UsageError, open_ledger, resolve_device
     from ratchet.e2e.gate import GateError, GateRequest, default_grid, gates_dir_for, run_gate
+    from ratchet.e2e.models import ModelError
     from ratchet.run.ledger import LedgerError, default_ledger_path
 
     try:
@@ -90,7 +93,7 @@ def cmd_gate(args) -> int:
             request = GateRequest(run=args.run, workload=args.workload, size=size, device=device, grid=grid)
             progress = (lambda line: print(line, file=sys.stderr, flush=True)) if not args.json else (lambda line: None)
             result = run_gate(ledger, request, gates_dir_for(default_ledger_path(args.ledger)), progress=progress)
-    except (GateError, UsageError, LedgerError) as exc:
+    except (GateError, UsageError, LedgerError, ModelError) as exc:
         if args.json:  # programs reading stdout still get their one object
             print(json.dumps({"run": args.run, "workload": args.workload, "verdict": "error", "passed": False,
                               "reasons": [{"code": "bad_input", "detail": str(exc)}]}))

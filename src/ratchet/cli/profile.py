@@ -1,4 +1,4 @@
-"""``ratchet profile WORKLOAD``: which ops of a workload's decode and prefill steps matter, the Amdahl
+"""``ratchet profile MODEL``: which ops of a workload's decode and prefill steps matter, the Amdahl
 bound on what speeding each up can buy, the built-in tasks worth a run, and (``--extract DIR``) task
 files for ops with no task (``ratchet.e2e.profile``)."""
 
@@ -16,7 +16,7 @@ def register(sub, parser_class) -> None:
     p = sub.add_parser(
         "profile", help="profile a workload's decode and prefill: time per op, Amdahl bounds, tasks worth a run",
         description=(
-            "Run WORKLOAD's decode steps and a prefill under torch.profiler (eager, so every op is visible; on "
+            "Run MODEL's decode steps and a prefill under torch.profiler (eager, so every op is visible; on "
             "CUDA the decode step is also timed as a CUDA graph replay) and split each step's time among the "
             "registry's ops (each mapped to its built-in task, with the shapes the workload runs) and every other "
             "op (GEMMs, attention, MoE experts, copies), grouped by profiler op name and input shapes. For each: "
@@ -24,9 +24,12 @@ def register(sub, parser_class) -> None:
             "2x faster. Then the built-in tasks worth a run, by share (decode x 1, prefill x 0.5), and the ops "
             "with no task. --extract DIR writes a task file, with a seed that runs its reference, for each op "
             "with no task that Ratchet can rebuild (F.linear GEMMs, bmm, MoE grouped GEMM, prefill attention)."))
-    p.add_argument("workload", metavar="WORKLOAD", help="built-in workload: llama or deepseek")
-    p.add_argument("--size", choices=["full", "tiny"], help="full: real widths in bf16 (needs a GPU); tiny: small, "
-                   "fp32, for a CPU (default: full on cuda, tiny on cpu)")
+    from ratchet.cli.common import MODEL_HELP
+
+    p.add_argument("workload", metavar="MODEL", help=MODEL_HELP)
+    p.add_argument("--size", choices=["full", "tiny"], help="built-in workloads: full: real widths in bf16 (needs a "
+                   "GPU); tiny: small, fp32, for a CPU (default: full on cuda, tiny on cpu); a transformers config "
+                   "says its own widths")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if present, else cpu")
     p.add_argument("--batch", type=int, metavar="N", help="decode rows (default: 8 full, 2 tiny)")
     p.add_argument("--context", type=int, metavar="N", help="cached tokens before the decode steps (default: 4096 "
@@ -143,10 +146,16 @@ def print_profile(prof, console=None) -> None:
     if prof.no_task:
         console.print("[bold]Ops with no task[/] (from 1% of a step)")
         for c in prof.no_task:
-            how = f"--extract writes task '{prof.workload}_{c.extractor}'" if c.extractor else "no extractor"
+            how = f"--extract writes task '{task_stem(prof.workload)}_{c.extractor}'" if c.extractor else "no extractor"
             console.print(Text(f"- {c.name} ({c.family}): {_pct(c.score)}  {_by_phase(c)}; {how}"))
     for note in prof.notes:
         console.print(f"note: {note}")
+
+
+def task_stem(workload: str) -> str:
+    from ratchet.e2e.extract import _stem
+
+    return _stem(workload)
 
 
 def shape_text(shape) -> str:

@@ -39,6 +39,8 @@ def cmd_runs(args) -> int:
     else:
         with open_ledger(args.ledger, create=False) as ledger:
             runs = ledger.list_runs()
+    for r in runs:  # a ledger that never held a campaign has no such column
+        r.setdefault("campaign", None)
     if args.json:
         print(json.dumps(runs))
         return 0

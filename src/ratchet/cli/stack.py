@@ -1,4 +1,4 @@
-"""``ratchet stack WORKLOAD [RUN ...]``: promoted kernels, then CUDA graphs, then torch.compile, each
+"""``ratchet stack MODEL [RUN ...]``: promoted kernels, then CUDA graphs, then torch.compile, each
 layer's gain attributed in a waterfall (see ``ratchet.e2e.stack``)."""
 
 from __future__ import annotations
@@ -9,14 +9,16 @@ import sys
 
 def register(sub, parser_class) -> None:
     stack = sub.add_parser("stack", help="apply gated kernels, CUDA graphs and torch.compile in order; attribute "
-                           "each layer's gain", description="Measure one decode setting of WORKLOAD layer by layer, "
+                           "each layer's gain", description="Measure one decode setting of MODEL layer by layer, "
                            "all in one interleaved session: eager, then each RUN's best kernel (only when its gate "
                            "passed on this workload, size and device for the run's current best), then CUDA "
                            "graphs (GPU), then torch.compile. Each layer is credited with the time it saves over "
                            "the layer below, so the savings sum to the whole. Also measured: torch.compile with "
                            "CUDA graphs without Ratchet's kernels, the reference the final tokens/s are compared "
                            "with.")
-    stack.add_argument("workload", metavar="WORKLOAD", choices=["llama", "deepseek"], help="llama or deepseek")
+    from ratchet.cli.common import MODEL_HELP
+
+    stack.add_argument("workload", metavar="MODEL", help=MODEL_HELP)
     stack.add_argument("runs", metavar="RUN", nargs="*", help="runs whose gated best kernels to stack, in order")
     stack.add_argument("--size", choices=["full", "tiny"], help="workload size (default: full on cuda, tiny on cpu)")
     stack.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if present, else cpu")
@@ -39,6 +41,7 @@ def cmd_stack(args) -> int:
     from ratchet.cli.gate import default_size
     from ratchet.e2e.gate import gates_dir_for
     from ratchet.run.ledger import default_ledger_path
+    from ratchet.e2e.models import ModelError
     from ratchet.e2e.stack import StackError, StackRequest, default_setting, run_stack
 
     device = resolve_device(args.device)
@@ -58,7 +61,7 @@ def cmd_stack(args) -> int:
         ledger = stack.enter_context(open_ledger(args.ledger, create=False)) if path.exists() else _NoLedger()
         try:
             result = run_stack(ledger, request, gates_dir_for(path), progress=progress)
-        except StackError as exc:
+        except (StackError, ModelError) as exc:
             raise UsageError(str(exc)) from None
     if args.json:
         print(json.dumps(result.to_json()))

@@ -128,9 +128,20 @@ def extract_tasks(profile: Profile, out_dir: str | Path, *, force: bool = False,
     out = []
     for (family, dtype), shapes in sorted(gathered.items(), key=lambda kv: -sum(kv[1].values())):
         dtypes_of_family = {d for f, d in gathered if f == family}
-        name = f"{profile.workload}_{family}" + (f"_{dtype}" if len(dtypes_of_family) > 1 else "")
+        name = f"{_stem(profile.workload)}_{family}" + (f"_{dtype}" if len(dtypes_of_family) > 1 else "")
         out.append(_write_task(profile, family, dtype, shapes, Path(out_dir) / name, name, force))
     return out
+
+
+def _stem(workload: str) -> str:
+    """A task-name prefix for MODEL ``workload``: a built-in name as it is, a path or module:function by its
+    ``model_key`` (letters, digits, underscores)."""
+    from ratchet.e2e.models import ModelError, model_key
+
+    try:
+        return model_key(workload)
+    except ModelError:
+        return workload
 
 
 def _gather(profile: Profile, families) -> dict:

@@ -58,7 +58,8 @@ from ratchet.task import DEFAULT_TOLERANCES, load_task
 from ratchet.e2e.step_timing import (
     Comparison, DecodeBench, Entry, StepTimingPolicy, Timing, apply_impls, compare, policy_for, time_interleaved,
 )
-from ratchet.e2e.workloads import OPS, GraphCaptureError, OpRegistry, build, load_kernel
+from ratchet.e2e.models import load_model
+from ratchet.e2e.workloads import OPS, GraphCaptureError, OpRegistry, load_kernel
 from ratchet.e2e.workloads.registry import reference
 from ratchet.e2e.workloads.runner import random_tokens
 
@@ -302,7 +303,12 @@ def _grid_json(grid: GateGrid) -> dict:
 def covers_default_grid(gate: dict, size: str) -> bool:
     """Whether a recorded gate measured at least the default grid of ``size`` (its contexts, batches and
     prefills): only such a gate promotes a kernel, not one on a hand-picked easy corner."""
-    grid, want = gate.get("grid") or {}, default_grid(size)
+    return covers_grid(gate, default_grid(size))
+
+
+def covers_grid(gate: dict, want: GateGrid) -> bool:
+    """Whether a recorded gate measured at least ``want``'s contexts, batches and prefills."""
+    grid = gate.get("grid") or {}
     prefill = {tuple(p) for p in grid.get("prefill", [])}
     return (set(want.contexts) <= set(grid.get("contexts", [])) and set(want.batches) <= set(grid.get("batches", []))
             and set(want.prefill) <= prefill)
@@ -314,7 +320,15 @@ def gates_dir_for(ledger_path: str | Path) -> Path:
 
 
 def gate_path(gates_dir: Path, run: str, workload: str, size: str, device: str) -> Path:
-    return Path(gates_dir) / f"{run}-{workload}-{size}-{device}.json"
+    """The gate file of a run on MODEL ``workload``: a built-in name as it is, any other MODEL by its
+    ``model_key`` (a path or module:function has characters a file name cannot hold)."""
+    from ratchet.e2e.models import ModelError, model_key
+
+    try:
+        key = model_key(workload)
+    except ModelError:
+        key = workload
+    return Path(gates_dir) / f"{run}-{key}-{size}-{device}.json"
 
 
 def read_gate(gates_dir: Path, run: str, workload: str, size: str, device: str) -> dict | None:
@@ -368,8 +382,11 @@ class _Gate:
     def __init__(self, request: GateRequest, op: str, kernel: Callable, policy: StepTimingPolicy) -> None:
         self.req, self.op, self.kernel, self.policy = request, op, kernel, policy
         self.cuda = request.device == "cuda"
-        self.model = build(request.workload, request.size, device=request.device, seed=request.seed,
-                           registry=OpRegistry())
+        self.model = load_model(request.workload, size=request.size, device=request.device, seed=request.seed,
+                                registry=OpRegistry())
+        if not getattr(self.model, "decodes", True):
+            raise GateError(f"{request.workload} is a forward-only module (no decode step, no KV cache): the gate "
+                            f"needs a decoder (a built-in workload or a transformers causal LM)")
         self.ops = self.model.ops
         self.task = load_task(op)
         self.top_p = TOP_P if op in SAMPLING_OPS else None

@@ -193,17 +193,20 @@ def shape_label(shape) -> str:
 # -- profiling -------------------------------------------------------------------------------------------
 def check_settings(name: str, size: str, device: str, batch: int, context: int, prefill_len: int,
                    steps: int) -> None:
-    from ratchet.e2e.workloads import SIZES, WORKLOADS
+    from ratchet.e2e.models import ModelError, kind_of
+    from ratchet.e2e.workloads import SIZES
 
-    if name not in WORKLOADS:
-        raise ProfileError(f"unknown workload '{name}' (workloads: {', '.join(WORKLOADS)})")
+    try:
+        builtin = kind_of(name) == "builtin"
+    except ModelError as exc:
+        raise ProfileError(str(exc)) from None
     if size not in SIZES:
         raise ProfileError(f"unknown size '{size}' (sizes: {', '.join(SIZES)})")
     if device not in ("cpu", "cuda"):
         raise ProfileError(f"device must be cpu or cuda, not '{device}'")
     if device == "cuda" and not torch.cuda.is_available():
         raise ProfileError("--device cuda: no CUDA device is present on this machine (use --device cpu)")
-    if size == "full" and device == "cpu":
+    if builtin and size == "full" and device == "cpu":
         raise ProfileError("--size full needs --device cuda (its layers hold GBs of weights); use --size tiny "
                            "on the CPU")
     for label, value, low in (("--batch", batch, 1), ("--context", context, 0), ("--prefill", prefill_len, 0),
@@ -230,15 +233,28 @@ def profile_workload(name: str, size: str = "tiny", device: str = "cpu", batch: 
     check_settings(name, size, device, batch, context, prefill_len, steps)
     say = progress or (lambda _msg: None)
     if model is None:
-        from ratchet.e2e.workloads import OpRegistry, build
+        from ratchet.e2e.models import ModelError, load_model
+        from ratchet.e2e.workloads import OpRegistry
 
         say(f"building {name} ({size}) on {device}")
-        model = build(name, size, device=device, seed=seed, registry=registry or OpRegistry())
+        try:
+            model = load_model(name, size=size, device=device, seed=seed, registry=registry or OpRegistry())
+        except ModelError as exc:
+            raise ProfileError(str(exc)) from None
     notes = []
     if device == "cpu":
         notes.append("CPU wall times under the profiler (ops made of many small ones, like the CPU grouped GEMM, "
                      "look bigger than they are); they say nothing about a GPU")
     phases, raw = [], {}
+    if not getattr(model, "decodes", True):  # a plain module: its forward on its example inputs
+        notes.append("a forward-only module: one phase, its forward on the example inputs, weighed as a prefill")
+        with _Annotated(model.ops) as annotated:
+            say(f"profiling {steps} forward pass(es) on the example inputs")
+            phase, raw["prefill"] = _profile_forward(model, annotated, steps)
+        worth, no_task = rank([phase], device)
+        return Profile(workload=name, size=size, device=device, dtype=dtype_name(model.config.dtype),
+                       phases=(phase,), worth_a_run=worth, no_task=no_task, notes=tuple(notes), raw=raw,
+                       param_dtypes={tuple(p.shape): p.dtype for p in model.parameters()})
     with _Annotated(model.ops) as annotated:
         say(f"profiling {steps} decode step(s): batch {batch}, context {context}")
         phase, raw["decode"] = _profile_decode(model, annotated, batch, context, steps, seed)
@@ -376,6 +392,25 @@ def _profile_prefill(model, annotated: _Annotated, tokens_n: int, steps: int, se
                 model.prefill(prompt, cache)
                 _sync(dev)
     return _phase("prefill", {"batch": 1, "tokens": tokens_n}, prof, annotated, unprofiled, None, dev.type, [])
+
+
+def _profile_forward(model, annotated: _Annotated, steps: int):
+    dev = model.device
+    model.run()  # warm-up
+    unprofiled = []
+    for _ in range(steps):
+        _sync(dev)
+        t0 = time.perf_counter()
+        model.run()
+        _sync(dev)
+        unprofiled.append((time.perf_counter() - t0) * 1e6)
+    with _profiler(dev.type) as prof:
+        for _ in range(steps):
+            with torch.profiler.record_function(STEP_NAMES["prefill"]):
+                model.run()
+                _sync(dev)
+    shapes = [list(t.shape) for t in model.inputs if isinstance(t, torch.Tensor)]
+    return _phase("prefill", {"forward_inputs": shapes}, prof, annotated, unprofiled, None, dev.type, [])
 
 
 def _phase(name, setting, prof, annotated, unprofiled_us: list, graph_us, device_type, notes):

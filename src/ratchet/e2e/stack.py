@@ -38,12 +38,13 @@ from typing import Any, Callable
 
 import torch
 
-from ratchet.e2e.gate import SAMPLING_OPS, TOP_P, covers_default_grid, device_name, read_gate
+from ratchet.e2e.gate import SAMPLING_OPS, TOP_P, covers_default_grid, covers_grid, device_name, read_gate
 from ratchet.run.ledger import Ledger, config_key
 from ratchet.e2e.step_timing import (
     DecodeBench, Entry, Timing, apply_impls, compare, policy_for, synchronize, time_interleaved, tokens_per_s,
 )
-from ratchet.e2e.workloads import OpRegistry, build, load_kernel
+from ratchet.e2e.models import load_model
+from ratchet.e2e.workloads import OpRegistry, load_kernel
 
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
@@ -63,6 +64,7 @@ class StackRequest:
     compile: bool = True
     compile_mode: str = "default"
     seed: int = 0
+    grid: Any = None  # a GateGrid: the gate must have covered it (default: the size's default grid)
 
 
 def default_setting(size: str) -> tuple[int, int]:
@@ -163,7 +165,7 @@ def promoted_kernels(ledger: Ledger, gates_dir: Path, request: StackRequest, ker
         elif not gate.get("passed"):
             why = "; ".join(r["code"] for r in gate.get("reasons", [])) or "failed"
             notes.append(f"run {run_id} skipped: it failed its gate on {where} ({why})")
-        elif not covers_default_grid(gate, request.size):
+        elif not (covers_grid(gate, request.grid) if request.grid else covers_default_grid(gate, request.size)):
             notes.append(f"run {run_id} skipped: its gate covered less than the default grid of {request.size} "
                          f"(contexts, batches, prefill); run {again}")
         elif (gate["attempt"]["source_sha256"], gate["attempt"]["config_key"]) != (
@@ -219,7 +221,10 @@ def run_stack(ledger: Ledger, request: StackRequest, gates_dir: Path,
         promoted, notes = promoted_kernels(ledger, gates_dir, request, Path(tmp))
         result.notes += notes
         plans = _plan(request, promoted, result.notes)
-        model = build(request.workload, request.size, device=request.device, seed=request.seed, registry=OpRegistry())
+        model = load_model(request.workload, size=request.size, device=request.device, seed=request.seed,
+                           registry=OpRegistry())
+        if not getattr(model, "decodes", True):
+            raise StackError(f"{request.workload} is a forward-only module (no decode step): the stack needs a decoder")
         top_p = TOP_P if any(p.op in SAMPLING_OPS for p in promoted) else None
         policy = policy_for(request.device)
         bench = DecodeBench(model, request.batch, request.context, slack=policy.max_steps + 4, seed=request.seed,

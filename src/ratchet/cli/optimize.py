@@ -1,0 +1,98 @@
+"""``ratchet optimize MODEL``: one campaign (profile, runs in Amdahl order, gate, stack), resumable
+(see ``ratchet.e2e.campaign``)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+
+def register(sub, parser_class) -> None:
+    from ratchet.cli.common import MODEL_HELP
+
+    p = sub.add_parser("optimize", help="make a model faster: profile it, run the ops worth it, gate and stack the "
+                       "kernels, all in one resumable campaign", description=(
+                           "Profile MODEL, pick the ops worth a run in Amdahl order and share the budget by the gain "
+                           "each can still give, run each (the task's seeds, or the plain-torch start of an "
+                           "extracted task), gate every kept kernel on MODEL (decode at the chosen contexts and "
+                           "batches, CUDA graphs on a GPU, prefill, logits), stack the gated ones, and stop at the "
+                           "target or the budget. Everything is in the ledger; a killed campaign resumes with "
+                           "--resume CAMPAIGN where it stopped."))
+    p.add_argument("model", metavar="MODEL", nargs="?", help=MODEL_HELP)
+    p.add_argument("--target", metavar="SPEEDUP", help="stop proposing once the model's projected speed-up reaches "
+                   "this, e.g. 1.5x")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--budget", type=int, metavar="N", help="attempts over the whole campaign (default 24)")
+    budget.add_argument("--time", metavar="DURATION", help="time for the runs, e.g. 20m, 8h, shared like the budget")
+    p.add_argument("--proposer", choices=["tune", "llm"], default="tune", help="what proposes each run's attempts")
+    p.add_argument("--llm-model", metavar="NAME", help="with --proposer llm: the model the endpoint serves "
+                   "(OPENAI_BASE_URL / OPENAI_API_KEY are honoured)")
+    p.add_argument("--llm-base-url", metavar="URL", help="with --proposer llm: the endpoint")
+    p.add_argument("--contexts", metavar="LIST", help="decode contexts the gate measures, e.g. 8192,32768 (default: "
+                   "the gate's grid for the size)")
+    p.add_argument("--batches", metavar="LIST", help="decode batches the gate measures, e.g. 1,32")
+    p.add_argument("--prefill", metavar="LIST", help="prefill settings BxS the gate measures, or 'none'")
+    p.add_argument("--ops", metavar="LIST", help="only these ops: task names (rmsnorm, decode_attention, ...) or "
+                   "extracted families (linear, grouped_mm, prefill_attention, bmm)")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if present, else cpu")
+    p.add_argument("--size", choices=["full", "tiny"], help="built-in workloads' size (default: full on cuda, tiny "
+                   "on cpu)")
+    p.add_argument("--profile-batch", type=int, metavar="N", help="decode rows profiled (default per size)")
+    p.add_argument("--profile-context", type=int, metavar="N", help="context profiled (default per size)")
+    p.add_argument("--resume", metavar="CAMPAIGN", help="continue a stopped or killed campaign")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout at the end")
+    p.add_argument("--no-ncu", action="store_true", help="do not profile kept attempts with Nsight Compute")
+    p.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or .ratchet/ledger.sqlite)")
+    p.set_defaults(func=cmd_optimize)
+
+
+def cmd_optimize(args) -> int:
+    from rich.console import Console
+
+    from ratchet.cli.common import UsageError, open_ledger, parse_duration, parse_speedup, resolve_device
+    from ratchet.cli.gate import default_size, parse_ints, parse_prefill
+    from ratchet.e2e.campaign import Campaign, CampaignError, CampaignRequest, resume_campaign, start_campaign
+    from ratchet.e2e.gate import gates_dir_for
+    from ratchet.run.ledger import default_ledger_path
+
+    if bool(args.resume) == bool(args.model):
+        raise UsageError("give either MODEL or --resume CAMPAIGN")
+    if args.budget is not None and args.budget < 1:
+        raise UsageError("--budget must be at least 1")
+    if args.no_ncu:
+        os.environ["RATCHET_NCU"] = "off"
+    console = Console(stderr=args.json)
+    with open_ledger(args.ledger) as ledger:
+        try:
+            if args.resume:
+                resume_campaign(ledger, args.resume)
+                cid = args.resume
+            else:
+                device = resolve_device(args.device)
+                llm = None
+                if args.proposer == "llm":
+                    if not args.llm_model:
+                        raise UsageError("--proposer llm needs --llm-model NAME")
+                    llm = {"model": args.llm_model, "base_url": args.llm_base_url}
+                profile = {k: v for k, v in (("batch", args.profile_batch), ("context", args.profile_context))
+                           if v is not None}
+                request = CampaignRequest(
+                    model=args.model, device=device, size=args.size or default_size(device),
+                    target=parse_speedup(args.target), budget=args.budget, seconds=parse_duration(args.time),
+                    proposer=args.proposer, contexts=parse_ints(args.contexts, "--contexts"),
+                    batches=parse_ints(args.batches, "--batches"), prefill=parse_prefill(args.prefill),
+                    ops=tuple(o.strip() for o in args.ops.split(",") if o.strip()) if args.ops else None,
+                    profile=profile, llm=llm)
+                cid = start_campaign(ledger, request)
+                console.print(f"campaign {cid} started: {args.model} on {device}; resume with "
+                              f"'ratchet optimize --resume {cid}'", highlight=False)
+            campaign = Campaign(ledger, cid, gates_dir_for(default_ledger_path(args.ledger)), console)
+            summary = campaign.run()
+        except CampaignError as exc:
+            raise UsageError(str(exc)) from None
+        except KeyboardInterrupt:
+            console.print(f"stopped; resume with: ratchet optimize --resume {cid}")
+            return 130
+    if args.json:
+        print(json.dumps(summary, default=str))
+    return 0

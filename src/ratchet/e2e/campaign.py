@@ -1,0 +1,433 @@
+"""``ratchet optimize MODEL``: one campaign from a profile to gated, stacked kernels, resumable after a kill.
+
+Stages, each recorded in the ledger (``ratchet.run.campaigns``) before the next starts:
+
+1. profile: the model's decode and prefill steps (``ratchet.e2e.profile``); the ops worth a run are the
+   built-in tasks the model calls and the extractable ops with no task (task files written by
+   ``ratchet.e2e.extract`` under ``<ledger dir>/campaigns/<id>/tasks``), each from ``MIN_SCORE`` of the
+   weighted step time on, in Amdahl order (largest share first);
+2. plan: the attempt budget (or the time) is shared by the gain each op can still give: its share of
+   the step, which is what Amdahl's law says making it free saves. Every planned op gets at least one
+   attempt; when the budget is smaller than the ops, the largest shares go first. When an op's run
+   starts, it gets its share of the attempts still unspent among the ops not started yet, so attempts a
+   run did not use (goal reached, search space exhausted) go to the others;
+3. runs: each op's run through the loop's own API (``start_or_resume``: the task's seeds, or the
+   extracted task's plain-torch seed, with the chosen proposer). A run is created with the campaign's
+   id in its options (one transaction), so a run interrupted at any point is found and resumed, never
+   started twice, and the loop's ledger discipline keeps its attempts whole;
+4. gate: every run's best kernel on the user's model (``ratchet.e2e.gate``: decode at the chosen
+   contexts and batches, CUDA graphs on a GPU, prefill, logits). Extracted tasks (GEMMs, prefill
+   attention, grouped GEMMs) run outside the op registry, so their kernels cannot be gated in the model
+   and are reported as such;
+5. stack: the kernels that passed, applied together (``ratchet.e2e.stack``): the measured speed-up.
+
+The campaign stops proposing once the model's projected speed-up (Amdahl over the op shares with each
+run's best speedup) reaches ``--target`` or the time is spent; it still gates and stacks what it has.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ratchet.run import campaigns as store
+from ratchet.run.ledger import Ledger, LedgerError
+
+MIN_SCORE = 0.002  # an op below this weighted share of the step is not worth a run
+DEFAULT_BUDGET = 24  # attempts over the whole campaign when neither --budget nor --time is given
+
+
+class CampaignError(Exception):
+    """The campaign cannot run as asked; one line, exit 2."""
+
+
+@dataclass(frozen=True)
+class CampaignRequest:
+    model: str
+    device: str = "cpu"
+    size: str = "tiny"
+    target: float | None = None
+    budget: int | None = None
+    seconds: float | None = None
+    proposer: str = "tune"
+    sampler: str = "tpe"
+    contexts: tuple[int, ...] | None = None
+    batches: tuple[int, ...] | None = None
+    prefill: tuple[tuple[int, int], ...] | None = None
+    ops: tuple[str, ...] | None = None  # only these ops (task names, or extracted families like "linear")
+    profile: dict = field(default_factory=dict)  # batch, context, prefill, steps for the profile
+    llm: dict | None = None  # LLMSettings as a dict, with proposer "llm"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PlannedOp:
+    op: str  # the task name (built-in) or the extracted task's name
+    kind: str  # "builtin" | "extracted"
+    task: str  # what ratchet run takes: a built-in name or a task file
+    seeds: tuple[str, ...]  # () = the task's own seeds for the device
+    score: float
+    decode_share: float
+    budget: int | None
+    seconds: float | None
+
+
+def projected_speedup(plan: list[dict], bests: dict[str, float | None]) -> float:
+    """Amdahl over the decode shares: each op with a best speedup k > 1 takes 1/k of its share."""
+    rest = 1.0
+    for p in plan:
+        k = bests.get(p["op"])
+        if k and k > 1:
+            rest -= p["decode_share"] * (1 - 1 / k)
+    return 1.0 / rest if rest > 0 else math.inf
+
+
+def share_budget(entries: list[dict], budget: int | None, seconds: float | None) -> list[dict]:
+    """Each entry's attempts (or seconds) in proportion to its score; at least one attempt each, the
+    largest scores first when there are more ops than attempts."""
+    total = sum(e["score"] for e in entries) or 1.0
+    out = []
+    if budget is not None:
+        entries = entries[:budget]
+        total = sum(e["score"] for e in entries) or 1.0
+        shares = [max(1, math.floor(budget * e["score"] / total)) for e in entries]
+        left = budget - sum(shares)
+        for i in range(len(shares)):  # what the floors left over goes to the largest first
+            if left <= 0:
+                break
+            shares[i] += 1
+            left -= 1
+        while sum(shares) > budget:  # the minimum of one each overshot: trim the smallest
+            j = max(i for i, s in enumerate(shares) if s > 1) if any(s > 1 for s in shares) else len(shares) - 1
+            shares[j] -= 1
+            if shares[j] == 0:
+                shares.pop(j)
+                entries = entries[:j] + entries[j + 1:]
+        for e, s in zip(entries, shares):
+            out.append({**e, "budget": s, "seconds": None})
+    else:
+        for e in entries:
+            out.append({**e, "budget": None, "seconds": seconds * e["score"] / total})
+    return out
+
+
+class Campaign:
+    def __init__(self, ledger: Ledger, cid: str, gates_dir: Path, console: Console | None = None) -> None:
+        self.ledger, self.cid, self.gates_dir = ledger, cid, Path(gates_dir)
+        self.console = console or Console()
+        row = store.get_campaign(ledger, cid)
+        self.request = CampaignRequest(**{**row["options"],
+                                          **{k: _tuple(row["options"].get(k)) for k in ("contexts", "batches", "ops")},
+                                          "prefill": _pairs(row["options"].get("prefill"))})
+        self.state: dict[str, Any] = row["state"]
+        self.started = time.monotonic()
+
+    # -- state -----------------------------------------------------------------------------------------
+    def save(self) -> None:
+        store.save_state(self.ledger, self.cid, self.state)
+
+    def say(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+
+    @property
+    def folder(self) -> Path:
+        return self.gates_dir.parent / "campaigns" / self.cid
+
+    # -- stages ----------------------------------------------------------------------------------------
+    def run(self) -> dict:
+        store.set_status(self.ledger, self.cid, "running")
+        try:
+            if "plan" not in self.state:
+                self.profile_and_plan()
+            reason = self.run_ops()
+            self.gate_all()
+            self.stack()
+        except KeyboardInterrupt:
+            store.set_status(self.ledger, self.cid, "stopped", "interrupted (Ctrl-C); resume with --resume")
+            raise
+        self.state["stop_reason"] = reason
+        self.save()
+        store.set_status(self.ledger, self.cid, "done", reason)
+        self.view(final=True)
+        return self.summary()
+
+    def profile_and_plan(self) -> None:
+        from ratchet.e2e.extract import extract_tasks
+        from ratchet.e2e.profile import ProfileError, profile_workload
+
+        r = self.request
+        self.say(f"campaign {self.cid}: profiling {r.model} on {r.device}")
+        p = r.profile
+        try:
+            prof = profile_workload(r.model, r.size, r.device, p.get("batch"), p.get("context"), p.get("prefill"),
+                                    p.get("steps"))
+        except ProfileError as exc:
+            raise CampaignError(str(exc)) from None
+        decode = prof.phase("decode")
+        entries = []
+        for ranked in prof.worth_a_run:
+            entries.append({"op": ranked.task, "kind": "builtin", "task": ranked.task, "seeds": [],
+                            "score": ranked.score, "decode_share": ranked.shares.get("decode", ranked.score)})
+        extracted = {}
+        if prof.no_task:
+            for e in extract_tasks(prof, self.folder / "tasks", force=True):
+                extracted[e.family] = e
+        for ranked in prof.no_task:
+            e = extracted.pop(ranked.extractor, None) if ranked.extractor else None
+            if e is not None:
+                entries.append({"op": e.name, "kind": "extracted", "task": e.path, "seeds": [e.seed],
+                                "family": e.family, "score": ranked.score,
+                                "decode_share": ranked.shares.get("decode", ranked.score)})
+        if r.ops:  # asked for by name: taken whatever their share
+            entries = [e for e in entries if e["op"] in r.ops or e.get("family") in r.ops]
+            if not entries:
+                raise CampaignError(f"none of --ops {','.join(r.ops)} is an op {r.model} runs")
+        else:
+            entries = [e for e in entries if e["score"] >= MIN_SCORE]
+        if not entries:
+            raise CampaignError(f"{r.model}: no op takes {MIN_SCORE:.1%} of a step; nothing to optimize")
+        entries.sort(key=lambda e: -e["score"])
+        budget = r.budget if r.budget is not None or r.seconds is not None else DEFAULT_BUDGET
+        self.state["plan"] = share_budget(entries, budget, r.seconds)
+        self.state["profile"] = {"step_us": {ph.name: ph.step_us for ph in prof.phases},
+                                 "decode_step_us": decode.step_us if decode else None,
+                                 "other_share": {ph.name: ph.other_share for ph in prof.phases}}
+        self.state["runs"] = {}
+        self.state["gates"] = {}
+        store.save_profile(self.ledger, self.cid, prof.to_json())
+        self.save()
+
+    def _runs_by_op(self) -> dict[str, dict]:
+        return {run["options"].get("campaign_op", run["task"]): run
+                for run in store.campaign_runs(self.ledger, self.cid)}
+
+    def bests(self) -> dict[str, float | None]:
+        return {op: run["best_speedup"] for op, run in self._runs_by_op().items()}
+
+    def run_ops(self) -> str:
+        from ratchet.run.run_command import RunRequest, start_or_resume
+
+        r = self.request
+        for planned in self.state["plan"]:
+            projected = projected_speedup(self.state["plan"], self.bests())
+            if r.target and projected >= r.target:
+                return f"target {r.target:g}x reached (projected {projected:.3f}x)"
+            if r.seconds is not None and time.monotonic() - self.started >= r.seconds:
+                return "time budget spent"
+            run = self._runs_by_op().get(planned["op"])
+            if run is not None and run["status"] == "done":
+                continue
+            self.view()
+            if run is None:
+                planned = self._rebudget(planned)
+            run_id = run["id"] if run is not None else self._create_run(planned)
+            self.state["runs"][planned["op"]] = run_id
+            self.save()
+            code = start_or_resume(self.ledger, RunRequest(task=None, resume=run_id), console=self.console)
+            if code == 130:
+                raise KeyboardInterrupt
+        return "every planned op ran its budget"
+
+    def _rebudget(self, planned: dict) -> dict:
+        """An op about to start gets its share of the attempts still unspent, among the ops not started
+        yet: attempts an earlier run left (it stopped at its goal, or its search space ran out) go on to
+        the gain the others can still give."""
+        total = self.request.budget
+        if total is None:
+            return planned
+        runs = self._runs_by_op()
+        spent = sum(run["attempts"] if run["status"] == "done" else (run["budget_attempts"] or 0)
+                    for run in runs.values())
+        waiting = [p for p in self.state["plan"] if p["op"] not in runs]
+        weight = sum(p["score"] for p in waiting) or 1.0
+        left = max(total - spent, len(waiting))
+        return {**planned, "budget": max(1, round(left * planned["score"] / weight))}
+
+    def _create_run(self, planned: dict) -> str:
+        from ratchet.e2e.gate import device_name
+        from ratchet.run.loop import load_seeds
+        from ratchet.task import load_task
+
+        r = self.request
+        task = load_task(planned["task"])
+        seeds = load_seeds(task, list(planned["seeds"]), r.device)
+        if not seeds:
+            raise CampaignError(f"task '{task.name}' has no seeds for {r.device}")
+        gpus = [0] if r.device == "cuda" else []
+        options = {"seeds": [c.path for c in seeds], "sampler": r.sampler, "gpus": gpus, "campaign": self.cid,
+                   "campaign_op": planned["op"], **({"llm": r.llm} if r.proposer == "llm" and r.llm else {})}
+        run_id = self.ledger.create_run(task=task.name, task_path=task.source_path or task.name, device=r.device,
+                                        device_name=device_name(r.device), proposer=r.proposer,
+                                        budget_attempts=planned["budget"], budget_seconds=planned["seconds"],
+                                        options=options)
+        store.attach_run(self.ledger, run_id, self.cid)
+        return run_id
+
+    def grid(self):
+        from ratchet.e2e.gate import default_grid
+
+        r = self.request
+        grid = default_grid(r.size)
+        if r.contexts:
+            grid = replace(grid, contexts=r.contexts, extra_contexts=())
+        if r.batches:
+            grid = replace(grid, batches=r.batches)
+        if r.prefill is not None:
+            grid = replace(grid, prefill=r.prefill)
+        return grid
+
+    def gate_all(self) -> None:
+        from ratchet.e2e.gate import GateError, GateRequest, read_gate, run_gate
+        from ratchet.e2e.workloads import OPS
+        from ratchet.run.ledger import config_key
+
+        r = self.request
+        for op, run in self._runs_by_op().items():
+            best = self.ledger.best(run["id"])
+            if best is None:
+                self.state["gates"][run["id"]] = {"op": op, "verdict": "none", "detail": "no kept kernel"}
+                continue
+            if run["task"] not in OPS:
+                self.state["gates"][run["id"]] = {
+                    "op": op, "verdict": "not gated", "detail": "an extracted task: the model runs this op outside "
+                    "the op registry, so its kernel cannot be put into the model"}
+                continue
+            done = read_gate(self.gates_dir, run["id"], r.model, r.size, r.device)
+            if done and (done["attempt"]["source_sha256"], done["attempt"]["config_key"]) == (
+                    best["source_sha256"], config_key(best["config"])):
+                self.state["gates"][run["id"]] = _gate_summary(op, done)
+                continue
+            self.say(f"campaign {self.cid}: gating {op} (run {run['id']}, attempt {best['seq']}, "
+                     f"{best['speedup']:.3f}x) on {r.model}")
+            try:
+                result = run_gate(self.ledger, GateRequest(run=run["id"], workload=r.model, size=r.size,
+                                                           device=r.device, grid=self.grid()), self.gates_dir)
+            except GateError as exc:
+                self.state["gates"][run["id"]] = {"op": op, "verdict": "error", "detail": str(exc)}
+                continue
+            self.state["gates"][run["id"]] = _gate_summary(op, result.to_json())
+            self.save()
+        self.save()
+
+    def stack(self) -> None:
+        from ratchet.e2e.stack import StackError, StackRequest, default_setting, run_stack
+
+        r = self.request
+        passed = [run for run, g in self.state["gates"].items() if g.get("verdict") == "pass"]
+        if not passed:
+            self.state["stack"] = {"measured": None, "detail": "no kernel passed its gate: nothing to stack"}
+            self.save()
+            return
+        batch, context = default_setting(r.size)
+        grid = self.grid()
+        batch = max(grid.batches) if r.batches else batch
+        context = max(grid.contexts) if r.contexts else context
+        self.say(f"campaign {self.cid}: stacking {len(passed)} gated kernel(s) on {r.model}, batch {batch}, "
+                 f"context {context}")
+        try:
+            result = run_stack(self.ledger, StackRequest(workload=r.model, runs=tuple(passed), size=r.size,
+                                                         device=r.device, batch=batch, context=context,
+                                                         compile=r.device == "cuda", grid=grid), self.gates_dir)
+        except StackError as exc:
+            self.state["stack"] = {"measured": None, "detail": str(exc)}
+            self.save()
+            return
+        data = result.to_json()
+        kernels = [layer for layer in data["layers"] if layer["kind"] in ("baseline", "kernel")]
+        self.state["stack"] = {"measured": kernels[0]["step_us"] / kernels[-1]["step_us"], "batch": batch,
+                               "workload": data["workload"], "size": data["size"], "device": data["device"],
+                               "context": context, "layers": data["layers"], "notes": data["notes"],
+                               "speedup_vs_reference": data["speedup_vs_reference"]}
+        self.save()
+
+    # -- views -----------------------------------------------------------------------------------------
+    def rows(self) -> list[dict]:
+        runs = self._runs_by_op()
+        out = []
+        for p in self.state.get("plan", []):
+            run = runs.get(p["op"])
+            gate = self.state.get("gates", {}).get(run["id"]) if run else None
+            out.append({"op": p["op"], "kind": p["kind"], "score": p["score"], "decode_share": p["decode_share"],
+                        "budget": p["budget"], "seconds": p["seconds"], "run": run["id"] if run else None,
+                        "status": run["status"] if run else "planned", "attempts": run["attempts"] if run else 0,
+                        "best_speedup": run["best_speedup"] if run else None,
+                        "gate": gate.get("verdict") if gate else None})
+        return out
+
+    def summary(self) -> dict:
+        stack = self.state.get("stack") or {}
+        return {"campaign": self.cid, "model": self.request.model, "device": self.request.device,
+                "target": self.request.target, "ops": self.rows(),
+                "projected_speedup": projected_speedup(self.state.get("plan", []), self.bests()),
+                "measured_speedup": stack.get("measured"), "stack": stack,
+                "stop_reason": self.state.get("stop_reason"), "gates": self.state.get("gates", {})}
+
+    def view(self, final: bool = False) -> None:
+        table = Table(title=f"campaign {self.cid}: {self.request.model} ({self.request.device})"
+                      + (" - summary" if final else ""))
+        for col in ("op", "kind", "share", "if free", "budget", "run", "status", "attempts", "best", "gate"):
+            table.add_column(col)
+        for row in self.rows():
+            share = row["decode_share"]
+            free = "unbounded" if share >= 1 else f"{1 / (1 - share):.3f}x"
+            budget = str(row["budget"]) if row["budget"] is not None else f"{row['seconds']:.0f}s"
+            best = f"{row['best_speedup']:.3f}x" if row["best_speedup"] else "-"
+            table.add_row(row["op"], row["kind"], f"{100 * share:.1f}%", free, budget, row["run"] or "-",
+                          row["status"], str(row["attempts"]), best, row["gate"] or "-")
+        self.console.print(table)
+        summary = self.summary()
+        measured = summary["measured_speedup"]
+        target = f", target {self.request.target:g}x" if self.request.target else ""
+        self.say(f"model speed-up: projected {summary['projected_speedup']:.3f}x (Amdahl over the ops' best "
+                 f"speedups), measured {f'{measured:.3f}x' if measured else '-'} (stack of the gated kernels)"
+                 f"{target}")
+        if final:
+            for run_id, g in summary["gates"].items():
+                if g.get("verdict") != "pass":
+                    self.say(f"- {g['op']} ({run_id}): {g.get('verdict')}: {g.get('detail', '')}")
+            for note in (self.state.get("stack") or {}).get("notes", []):
+                self.say(f"- {note}")
+            if summary["stop_reason"]:
+                self.say(f"stopped: {summary['stop_reason']}")
+            self.say(f"export: ratchet export {self.cid} -o DIR")
+
+
+def _gate_summary(op: str, gate: dict) -> dict:
+    return {"op": op, "verdict": "pass" if gate.get("passed") else "fail", "file": gate.get("gate_file"),
+            "detail": "; ".join(f"{x['code']}: {x['detail']}" for x in gate.get("reasons", []))[:400],
+            "attempt": gate.get("attempt", {}).get("seq")}
+
+
+def _tuple(value):
+    return tuple(value) if value is not None else None
+
+
+def _pairs(value):
+    return tuple(tuple(p) for p in value) if value is not None else None
+
+
+def start_campaign(ledger: Ledger, request: CampaignRequest) -> str:
+    from ratchet.e2e.models import ModelError, kind_of
+
+    try:
+        kind_of(request.model)
+    except ModelError as exc:
+        raise CampaignError(str(exc)) from None
+    model = request.model
+    if kind_of(model) != "builtin":
+        model = str(Path(model).resolve()) if kind_of(model) == "transformers" else model
+    return store.create_campaign(ledger, model, request.device, replace(request, model=model).to_json())
+
+
+def resume_campaign(ledger: Ledger, cid: str) -> None:
+    row = store.get_campaign(ledger, cid)
+    if row["status"] == "done":
+        raise LedgerError(f"campaign '{cid}' is finished ({row['stop_reason'] or 'done'}); start a new one")

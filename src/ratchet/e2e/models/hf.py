@@ -1,0 +1,135 @@
+"""A transformers causal LM as a workload: the same face the built-in decoders show to profile, gate, stack.
+
+``HFDecoder`` wraps a ``...ForCausalLM`` whose ops the adapter (``adapter.adapt``) routed through an
+``OpRegistry``. It gives what ``ratchet.e2e.workloads.core.Decoder`` gives: ``ops``, ``config`` (``vocab``,
+``dtype``, ``eps``), ``device``, ``new_cache`` (transformers' ``StaticCache``, allocated up front, its
+tensors also exposed as a ``KVCache``), ``prefill`` and ``decode_step`` (static shapes, no host read of a
+device value, so a decode step can be captured in a CUDA graph), and ``cache_shapes``.
+
+transformers' static cache layers write where their own ``cumulative_length`` (a device tensor) says, one
+position for the whole batch; each step sets it from ``seq_lens`` (a device copy, so graph-safe). Every
+row of a batch therefore holds the same number of tokens; the built-in benches always decode that way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ratchet.e2e.workloads.core import CACHE_ALIGN, KVCache
+from ratchet.e2e.workloads.registry import OpRegistry
+
+
+@dataclass(frozen=True)
+class HFConfigView:
+    """The fields of a workload config that profile, gate and stack read."""
+
+    vocab: int
+    dtype: torch.dtype
+    eps: float
+    model_type: str
+    n_layers: int
+
+
+@dataclass
+class HFCache(KVCache):
+    """A KVCache whose tensors are those of a transformers StaticCache (``static``)."""
+
+    static: Any = None
+
+
+class HFDecoder(nn.Module):
+    """A transformers causal LM, adapted, as a Ratchet workload (see the module's docstring)."""
+
+    decodes = True
+
+    def __init__(self, model: nn.Module, ops: OpRegistry, *, name: str, adaptation=None) -> None:
+        super().__init__()
+        self.hf = model
+        self.ops = ops
+        self.name = name
+        self.adaptation = adaptation
+        param = next(model.parameters())
+        self.device = param.device
+        text = model.config.get_text_config(decoder=True)
+        eps = next((getattr(text, k) for k in ("rms_norm_eps", "layer_norm_eps", "norm_eps") if hasattr(text, k)), 1e-6)
+        self.config = HFConfigView(vocab=text.vocab_size, dtype=param.dtype, eps=float(eps),
+                                   model_type=getattr(text, "model_type", "model"), n_layers=text.num_hidden_layers)
+        self._layer_dims: list[tuple[int, int, int]] | None = None
+
+    # -- the cache -------------------------------------------------------------------------------------
+    def _static_cache(self, batch: int, max_len: int):
+        from transformers import StaticCache
+
+        cache = StaticCache(config=self.hf.config, max_cache_len=max_len)
+        # Allocate every layer now (transformers allocates on the first write): a CUDA graph must not
+        # see allocations, and the KVCache view needs the tensors. One token through the model does it.
+        with torch.no_grad():  # not inference mode: fill_random and the gate write these tensors later
+            tokens = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
+            self.hf(input_ids=tokens, cache=cache, use_cache=True,
+                    cache_position=torch.zeros(1, dtype=torch.long, device=self.device))
+        for layer in cache.layers:
+            layer.keys.zero_()
+            layer.values.zero_()
+            layer.cumulative_length.zero_()
+        return cache
+
+    def layer_dims(self) -> list[tuple[int, int, int]]:
+        """Per layer (kv heads, key width, value width), read from a one-position cache once."""
+        if self._layer_dims is None:
+            cache = self._static_cache(1, 1)
+            self._layer_dims = [(l.keys.shape[1], l.keys.shape[-1], l.values.shape[-1]) for l in cache.layers]
+        return self._layer_dims
+
+    def cache_shapes(self, batch: int, max_len: int):
+        # The values may be narrower than the keys (MLA); the keys' shape over-counts them, which only
+        # makes a memory check stricter.
+        return [((batch, heads, max_len, dk), False) for heads, dk, _dv in self.layer_dims()]
+
+    def new_cache(self, batch: int, max_len: int) -> HFCache:
+        max_len = -(-max_len // CACHE_ALIGN) * CACHE_ALIGN  # as the built-in decoders round (core.new_cache)
+        static = self._static_cache(batch, max_len)
+        layers = [(layer.keys, layer.values) for layer in static.layers]
+        return HFCache(layers=layers, seq_lens=torch.zeros(batch, device=self.device, dtype=torch.int32),
+                       static=static)
+
+    # -- forward passes --------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def prefill(self, tokens: torch.Tensor, cache: HFCache, all_logits: bool = False) -> torch.Tensor:
+        B, S = tokens.shape
+        if S > cache.max_len:
+            raise ValueError(f"prefill of {S} tokens does not fit a cache of {cache.max_len}")
+        positions = torch.arange(S, device=tokens.device)
+        _set_write_position(cache, 0)
+        out = self.hf(input_ids=tokens, cache=cache.static, use_cache=True, cache_position=positions,
+                      position_ids=positions[None].expand(B, S), logits_to_keep=0 if all_logits else 1)
+        cache.seq_lens.fill_(S)
+        logits = out.logits.float()
+        return logits if all_logits else logits[:, -1]
+
+    @torch.inference_mode()
+    def decode_step(self, tokens: torch.Tensor, cache: HFCache) -> torch.Tensor:
+        """One token per row ([B] int64) at the cache's next position; advances seq_lens in place."""
+        positions = cache.seq_lens.long()
+        _set_write_position(cache, cache.seq_lens[0])
+        out = self.hf(input_ids=tokens[:, None], cache=cache.static, use_cache=True,
+                      cache_position=positions[:1], position_ids=positions[:, None])
+        cache.seq_lens.add_(1)
+        return out.logits[:, -1].float()
+
+    def forward(self, tokens: torch.Tensor, cache: HFCache) -> torch.Tensor:
+        return self.decode_step(tokens, cache)
+
+
+def _set_write_position(cache: HFCache, position) -> None:
+    """Point every static layer's write position at ``position`` (an int or a 0-d device tensor)."""
+    for layer in cache.static.layers:
+        length = getattr(layer, "cumulative_length", None)
+        if isinstance(length, torch.Tensor):
+            if isinstance(position, torch.Tensor):
+                length.copy_(position)
+            else:
+                length.fill_(position)

@@ -1,0 +1,23 @@
+"""benchmarks/e2e_models.py stays robust: a row that cannot finish is one line on stderr and one row of
+the table, and the files are written with what was measured."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_row_that_times_out_is_one_line_and_the_table_is_kept(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "e2e_models.py"), "--tiny", "--device", "cpu",
+                           "--models", "llama", "--batches", "1", "--contexts", "64", "--row-timeout", "0.5",
+                           "--out", str(out)], capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["e2e_models: llama B=1 L=64: timed out after 0 s"]
+    rows = json.loads((out / "e2e_models.json").read_text())["rows"]
+    assert rows == [{"model": "llama", "batch": 1, "context": 64, "error": "timed out after 0 s"}]
+    table = (out / "e2e_models.md").read_text()
+    assert "| llama | - | 1 | 64 | - | - | - | - | - | timed out after 0 s |" in table
