@@ -11,9 +11,9 @@ model (random weights from configs written here, full width, as many layers as f
    ``min(E, B x top_k)`` experts per MoE layer) plus the KV cache up to the context, over the device's
    measured copy bandwidth.
 
-    python benchmarks/e2e_models.py --out out/e2e_models [--export out/pkg] [--batches 1 32] \\
+    python -m benchmarks.e2e_models --out out/e2e_models [--export out/pkg] [--batches 1 32] \\
         [--contexts 8192 32768] [--models qwen3_moe llama] [--layers N] [--row-timeout 900]
-    python benchmarks/e2e_models.py --tiny --device cpu --contexts 64 --batches 1   # a smoke test
+    python -m benchmarks.e2e_models --tiny --device cpu --contexts 64 --batches 1   # a smoke test
 
 Each (model, batch, context) row runs in a child process under a time limit, so an OOM, a CUDA fault or
 a compile that never returns ends only that row: it is printed as one line and the other rows go on.
@@ -179,9 +179,14 @@ def _row(args) -> dict:
     compiled = compiled_decode_step(decoder, "default")
     measure("compiled", compiled, graphs)
     if args.export:
-        sys.path.insert(0, str(Path(args.export).resolve()))
-        name = next(Path(args.export).glob("ratchet_export_*")).name
-        package = __import__(name)
+        import importlib.util
+
+        folder = next(Path(args.export).resolve().glob("ratchet_export_*"))
+        spec = importlib.util.spec_from_file_location(folder.name, folder / "__init__.py",
+                                                      submodule_search_locations=[str(folder)])
+        package = importlib.util.module_from_spec(spec)
+        sys.modules[folder.name] = package
+        spec.loader.exec_module(package)
         adaptation = package.apply(hf)
         out["ratchet_swapped"] = adaptation.swapped
         torch._dynamo.reset()
@@ -262,7 +267,7 @@ def main(argv=None) -> int:
                     print(f"e2e_models: {family} B={batch} L={context}: {result['error']}", file=sys.stderr)
                 table = _table(rows)
                 header = (f"Decode tokens/s, {rows[0].get('device_name', args.device)}, started {started} "
-                          f"(`python benchmarks/e2e_models.py {' '.join(argv or sys.argv[1:])}`)\n\n")
+                          f"(`python -m benchmarks.e2e_models {' '.join(argv or sys.argv[1:])}`)\n\n")
                 (out / "e2e_models.md").write_text(header + table + "\n")
                 (out / "e2e_models.json").write_text(json.dumps({"started": started, "rows": rows}, indent=1))
                 print(table.splitlines()[-1], flush=True)

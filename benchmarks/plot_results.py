@@ -1,6 +1,6 @@
 """The benchmark tables of docs/results/ as figures: the suite's per-shape speedups and the e2e decode ratios.
 
-    python benchmarks/plot_results.py [--suite CSV] [--e2e MD ...] [--out DIR] [--format png|svg|html]
+    python -m benchmarks.plot_results [--suite CSV] [--e2e MD ...] [--out DIR] [--format png|svg|html]
 
 Reads what the benchmark scripts wrote, never measures: the suite's CSV (``benchmarks/suite.py --out``:
 one row per task, shape and column, with ``speedup_vs_eager``) and the "Decode tokens/s" tables of

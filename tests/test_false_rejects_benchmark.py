@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 
-from false_rejects import honest_candidates, main, render, summarize  # noqa: E402
+from benchmarks.probes.false_rejects import honest_candidates, main, render, summarize  # noqa: E402
 from one_line_refusal import assert_one_line_refusal  # noqa: E402
 
 

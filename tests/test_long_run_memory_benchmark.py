@@ -6,10 +6,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import long_run_memory  # noqa: E402
-from long_run_memory import Sample, problems, table  # noqa: E402
+from benchmarks.probes import long_run_memory  # noqa: E402
+from benchmarks.probes.long_run_memory import Sample, problems, table  # noqa: E402
 
 
 @pytest.mark.slow

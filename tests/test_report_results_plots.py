@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import plot_results  # noqa: E402
+from benchmarks import plot_results  # noqa: E402
 
 from one_line_refusal import assert_one_line_refusal  # noqa: E402
 

@@ -7,9 +7,9 @@ untimed, or timed with the red team's short policy; GPU twins only with --device
 tasks' seeds (on the CPU those whose file name starts with ``cpu``, timed with the same short policy).
 Untimed evaluations run ``--jobs`` at a time; timed ones one at a time, so no clock is shared.
 
-    python benchmarks/false_rejects.py --device cpu                    # >= 1,000 honest evaluations
-    python benchmarks/false_rejects.py --device cpu --busy             # the same, every core kept busy
-    python benchmarks/false_rejects.py --device cpu --evaluations 30   # a quick look
+    python -m benchmarks.probes.false_rejects --device cpu                    # >= 1,000 honest evaluations
+    python -m benchmarks.probes.false_rejects --device cpu --busy             # the same, every core kept busy
+    python -m benchmarks.probes.false_rejects --device cpu --evaluations 30   # a quick look
 
 Prints the evaluations made and the false rejects by verdict and reason code (with the candidates that
 got them); ``--out FILE`` also writes them as JSON. Exit status 1 on any false reject, 2 on bad usage.
@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BURN = ("import os, sys, time\nparent, end = int(sys.argv[1]), time.time() + float(sys.argv[2])\n"
         "while time.time() < end and os.getppid() == parent:\n    pass\n")
 
@@ -60,8 +60,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def honest_candidates(device: str, only: str | None) -> list[Honest]:
     """The red team's honest twins for ``device`` and the built-in seeds that run on it."""
-    sys.path.insert(0, str(ROOT / "tests" / "redteam"))
-    from test_redteam import HONEST, TASKS  # the one list of honest twins and their tasks
+    import importlib.util
+
+    # The one list of honest twins and their tasks, read from the red team's own test file.
+    spec = importlib.util.spec_from_file_location("ratchet_redteam_cases", ROOT / "tests" / "redteam" / "test_redteam.py")
+    redteam = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(redteam)
+    HONEST, TASKS = redteam.HONEST, redteam.TASKS
 
     from ratchet.task import builtin_task_names, load_task
 

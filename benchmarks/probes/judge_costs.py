@@ -9,8 +9,8 @@ class says which files its attempts came from (an honest file can fail on a nois
 ``--src`` given more than once the same run is made with each Ratchet source tree (e.g. the code before
 and after a change) and the table has a column per tree.
 
-    python benchmarks/judge_costs.py --task rmsnorm --device cpu --budget 6
-    python benchmarks/judge_costs.py --task rmsnorm --device cuda --budget 9 --src /path/to/old/src --src src
+    python -m benchmarks.probes.judge_costs --task rmsnorm --device cpu --budget 6
+    python -m benchmarks.probes.judge_costs --task rmsnorm --device cuda --budget 9 --src /path/to/old/src --src src
 
 CPU numbers say nothing about GPU speed; they show where the judge's time goes on a small machine.
 """

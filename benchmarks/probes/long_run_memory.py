@@ -8,8 +8,8 @@ when its space is exhausted). After each committed attempt it samples the RSS of
 and its judges) and, on CUDA, the device's used memory (total minus free, all processes); at the end, the
 processes left under this one (keepers, workers: there must be none).
 
-    python benchmarks/long_run_memory.py --task rmsnorm --attempts 200 --out out/
-    python benchmarks/long_run_memory.py --task tests/data/tasks/axpby.py --seeds tests/data/candidates/axpby_honest.py \
+    python -m benchmarks.probes.long_run_memory --task rmsnorm --attempts 200 --out out/
+    python -m benchmarks.probes.long_run_memory --task tests/data/tasks/axpby.py --seeds tests/data/candidates/axpby_honest.py \
         --device cpu --attempts 5
 
 Exit status 1 when host or GPU memory grew by more than --max-growth-mib between the first and the last
