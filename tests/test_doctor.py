@@ -153,7 +153,7 @@ def test_doctor_migrates_an_old_schema_and_refuses_foreign_or_newer_files(tmp_pa
     Ledger(old).close()
     monkeypatch.undo()
     code, out, _ = run_cli(["doctor", "--ledger", str(old)], capsys)
-    assert code == 0 and "schema migrated from version 2 to 3" in out
+    assert code == 0 and "schema migrated from version 2 to 4" in out
     newer = tmp_path / "newer.sqlite"
     make_ledger(newer)
     conn = sqlite3.connect(newer)

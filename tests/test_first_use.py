@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ratchet.candidate import load_candidate
+from ratchet.judge.evaluation import shape_size
 from ratchet.judge import JudgeOptions, evaluate
 from ratchet.report.console import outcome_counts, print_run_summary
 from ratchet.report.terminal import make_console
@@ -103,8 +104,11 @@ def test_the_judge_reports_each_phase_and_shape_in_order():
     timed = [p for p in seen if p.phase == "timing"]
     public = task.shape_set("cpu").public
     assert [p.step for p in timed] == list(range(1, len(public) * len(task.dtypes) + 1))
-    assert [p.detail for p in timed][:len(public)] == [f"shape {dict(s)} {str(task.dtypes[0]).removeprefix('torch.')}"
-                                                        for s in public]
+    # Every public shape in every dtype is timed once, the heaviest first (so a loser is raced early).
+    rows = [(dict(s), str(d).removeprefix("torch.")) for d in task.dtypes for s in public]
+    assert sorted(p.detail for p in timed) == sorted(f"shape {s} {d}" for s, d in rows)
+    size = {f"shape {s} {d}": shape_size(task, s, d) for s, d in rows}
+    assert [size[p.detail] for p in timed] == sorted((size[p.detail] for p in timed), reverse=True)
     assert all(a.elapsed_s <= b.elapsed_s for a, b in zip(seen, seen[1:]))
     assert all(p.candidate == TUNABLE and p.config == {"CHUNK": 0, "ORDER": "xy"} for p in seen)
 

@@ -67,7 +67,7 @@ def test_open_settings(led):
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000
-    assert led.schema_version == len(ledger_mod.MIGRATIONS) == 3
+    assert led.schema_version == len(ledger_mod.MIGRATIONS) == 4
 
 
 def test_create_get_list(led):

@@ -65,6 +65,7 @@ def honest_candidates(device: str, only: str | None) -> list[Honest]:
     # The one list of honest twins and their tasks, read from the red team's own test file.
     spec = importlib.util.spec_from_file_location("ratchet_redteam_cases", ROOT / "tests" / "redteam" / "test_redteam.py")
     redteam = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = redteam  # its dataclasses look their module up there
     spec.loader.exec_module(redteam)
     HONEST, TASKS = redteam.HONEST, redteam.TASKS
 

@@ -233,11 +233,12 @@ def profile_workload(name: str, size: str = "tiny", device: str = "cpu", batch: 
     check_settings(name, size, device, batch, context, prefill_len, steps)
     say = progress or (lambda _msg: None)
     if model is None:
-        from ratchet.e2e.models import ModelError, load_model
+        from ratchet.e2e.models import ModelError, check_spec, load_model
         from ratchet.e2e.workloads import OpRegistry
 
-        say(f"building {name} ({size}) on {device}")
         try:
+            check_spec(name)
+            say(f"building {name} ({size}) on {device}")
             model = load_model(name, size=size, device=device, seed=seed, registry=registry or OpRegistry())
         except ModelError as exc:
             raise ProfileError(str(exc)) from None

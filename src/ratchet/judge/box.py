@@ -174,7 +174,10 @@ def enter_box(plan: BoxPlan):
         resource.setrlimit(resource.RLIMIT_AS, (plan.address_space_bytes, plan.address_space_bytes))
     # No file it writes grows past this, its log (stdout and stderr) included: a candidate printing
     # without end gets EFBIG (Python ignores SIGXFSZ) instead of filling the disk.
-    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
+    # Never above a lower limit the judge itself runs under (a hard limit cannot be raised).
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    cap = MAX_FILE_BYTES if hard == resource.RLIM_INFINITY else min(MAX_FILE_BYTES, hard)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
     if not plan.boxed:
         return
     _prctl(PR_SET_NO_NEW_PRIVS, 1)

@@ -48,6 +48,18 @@ def kind_of(spec: str) -> str:
                      f"directory or config.json, nor module:function")
 
 
+def check_spec(spec: str) -> str:
+    """``kind_of(spec)``, and for a transformers model that its config.json is there: what can be told
+    before anything is built (so a command can refuse in one line before it says it is building)."""
+    kind = kind_of(spec)
+    if kind == "transformers":
+        path = Path(spec)
+        config_file = path if path.suffix == ".json" else path / "config.json"
+        if not config_file.exists():
+            raise ModelError(f"{path.parent if path.suffix == '.json' else path} holds no config.json")
+    return kind
+
+
 def model_key(spec: str) -> str:
     """A short name for file names (gate outcomes): the built-in name, or a readable stem and a hash."""
     if spec in WORKLOADS:
