@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import io
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from hang_limit import hang_limit
 
 import ratchet.cli as cli
 
@@ -115,23 +116,9 @@ def sandbox(tmp_path_factory):
     return root
 
 
-@contextlib.contextmanager
-def time_limit(seconds: int, argv: list[str]):
-    def hung(signum, frame):
-        raise AssertionError(f"ratchet {argv} took more than {seconds} s (a hang)")
-
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def run_main(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), time_limit(EXAMPLE_LIMIT_S, argv):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), hang_limit(EXAMPLE_LIMIT_S, f"ratchet {argv}"):
         try:
             code = cli.main(argv)
         except SystemExit as exc:  # argparse's --help and --version

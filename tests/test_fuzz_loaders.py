@@ -7,15 +7,15 @@ one-line error (CandidateError, TaskError); nothing else escapes."""
 from __future__ import annotations
 
 import os
-import signal
 import string
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from hang_limit import hang_limit
 
 from ratchet.candidate import Candidate, CandidateError, load_candidate, parse_config
 from ratchet.task import Task, TaskError, load_task
@@ -27,18 +27,8 @@ EXAMPLE_LIMIT_S = 20  # per example: a loader that takes longer has hung
 COUNTS: dict[str, int] = {}
 
 
-@contextmanager
 def time_limit(seconds: int = EXAMPLE_LIMIT_S):
-    def hung(signum, frame):
-        raise AssertionError(f"the loader took more than {seconds} s on one example (a hang)")
-
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    return hang_limit(seconds, "the loader on one example")
 
 
 def one_line(exc: Exception) -> None:
