@@ -12,7 +12,6 @@ runs, which a newer Ratchet writes); an older ledger simply has none.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
@@ -20,26 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from ratchet.run.ledger import APPLICATION_ID, Ledger, LedgerError
+from ratchet.run.ledger import decode_row as ledger_decode_row
 
-_JSON_COLUMNS = {"options_json": ("options", {}), "config_json": ("config", {}), "reasons_json": ("reasons", []),
-                 "shapes_json": ("shapes", []), "cost_json": ("cost", None), "extra_json": ("extra", {})}
 _DROPPED_SHAPE_FIELDS = ("times_us", "ref_times_us")
 
 
 def decode_row(row: sqlite3.Row) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for column in row.keys():
-        value = row[column]
-        if column in _JSON_COLUMNS:
-            name, empty = _JSON_COLUMNS[column]
-            out[name] = empty if value is None else json.loads(value)
-        elif column.endswith("_json") and isinstance(value, str):  # a newer table's JSON fields (campaigns)
-            try:
-                out[column[:-5]] = json.loads(value)
-            except json.JSONDecodeError:
-                out[column] = value
-        else:
-            out[column] = value
+    out = ledger_decode_row(row, other_json=True)
     for shape in out.get("shapes") or []:
         if isinstance(shape, dict):
             for name in _DROPPED_SHAPE_FIELDS:

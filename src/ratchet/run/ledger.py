@@ -441,13 +441,13 @@ class Ledger:
             row = self._conn.execute(self._RUN_SELECT + " WHERE r.id = ?", (run_id,)).fetchone()
         if row is None:
             raise LedgerError(f"unknown run '{run_id}' (see 'ratchet runs')")
-        return _with_liveness(_decode(row))
+        return _with_liveness(decode_row(row))
 
     def list_runs(self) -> list[dict[str, Any]]:
         """Every run, oldest first, each as :meth:`get_run` returns it."""
         with self._reading():
             rows = self._conn.execute(self._RUN_SELECT + " ORDER BY r.created_at, r.rowid").fetchall()
-        return [_with_liveness(_decode(row)) for row in rows]
+        return [_with_liveness(decode_row(row)) for row in rows]
 
     def claim_run(self, run_id: str, owner: Owner) -> None:
         """Make ``owner`` the process driving a run (on resume). Refused while the run's recorded owner is
@@ -570,7 +570,7 @@ class Ledger:
         with self._reading():
             self._require_run(self._conn, run_id)
             rows = self._conn.execute("SELECT * FROM attempts WHERE run_id = ? ORDER BY seq", (run_id,))
-            return [_decode(row) for row in rows.fetchall()]
+            return [decode_row(row) for row in rows.fetchall()]
 
     def get_attempt(self, attempt_id: int) -> dict[str, Any]:
         """One attempt by id (decoded like :meth:`attempts`)."""
@@ -578,7 +578,7 @@ class Ledger:
             row = self._conn.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
         if row is None:
             raise LedgerError(f"unknown attempt {attempt_id}")
-        return _decode(row)
+        return decode_row(row)
 
     def add_attempt_extra(self, attempt_id: int, key: str, value: Any) -> bool:
         """Add one key to a recorded attempt's ``extra`` (e.g. ``counters`` from ncu, read after the
@@ -641,7 +641,7 @@ class Ledger:
                 " WHERE b.run_id = ? ORDER BY b.id DESC LIMIT 1",
                 (run_id,),
             ).fetchone()
-        return None if row is None else _decode(row)
+        return None if row is None else decode_row(row)
 
     def best_history(self, run_id: str) -> list[dict[str, Any]]:
         """Every change of best, oldest first: ``attempt_id``, ``since_seq``, ``created_at``, and the
@@ -654,7 +654,7 @@ class Ledger:
                 " FROM best b JOIN attempts a ON a.id = b.attempt_id WHERE b.run_id = ? ORDER BY b.id",
                 (run_id,),
             ).fetchall()
-        return [_decode(row) for row in rows]
+        return [decode_row(row) for row in rows]
 
 
     # -- ideas ------------------------------------------------------------------------------------------
@@ -703,13 +703,21 @@ def _with_liveness(run: dict[str, Any]) -> dict[str, Any]:
     return run
 
 
-def _decode(row: sqlite3.Row) -> dict[str, Any]:
+def decode_row(row: sqlite3.Row, *, other_json: bool = False) -> dict[str, Any]:
+    """One stored row as a dict, its known JSON columns decoded under their short names (``config_json``
+    -> ``config``). With ``other_json``, any other ``*_json`` text column (a newer table's, e.g. campaigns)
+    is decoded too, kept raw under its own name where it is not valid JSON."""
     out: dict[str, Any] = {}
     for column in row.keys():
         value = row[column]
         if column in _JSON_COLUMNS:
             name, empty = _JSON_COLUMNS[column]
             out[name] = empty if value is None else json.loads(value)
+        elif other_json and column.endswith("_json") and isinstance(value, str):
+            try:
+                out[column[:-5]] = json.loads(value)
+            except json.JSONDecodeError:
+                out[column] = value
         else:
             out[column] = value
     return out
