@@ -81,7 +81,8 @@ def test_a_run_builds_judges_and_keeps_the_composite_and_best_writes_it(tmp_path
     assert [(a["seq"], a["proposer"], a["verdict"]) for a in attempts] == [
         (1, "tune", "pass"), (2, "tune", "pass"), (3, "composite", "pass")]
     first, second, made = attempts
-    assert (first["kept"], second["kept"], made["kept"]) == (1, 0, 1) and best["id"] == made["id"]
+    assert (first["kept"], second["kept"], made["kept"]) == (1, 0, 1), [a["keep_reason"] for a in attempts]
+    assert best["id"] == made["id"]
     assert made["parent_attempt"] == first["id"]
     assert made["extra"]["composite"]["parents"] == [first["id"], second["id"]]
     assert [(r["shape"], r["attempt_seq"]) for r in made["extra"]["composite"]["routes"]] == [
