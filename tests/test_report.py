@@ -7,10 +7,11 @@ import sqlite3
 from collections import Counter
 
 import pytest
+from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
 from ratchet.cli import main
 from ratchet.report import html as report_html
-from ratchet.report import plots
+from ratchet.report import plotly_bundle, plots
 from ratchet.report.ledger_view import LedgerView
 from ratchet.run.ledger import Ledger, LedgerError
 from report_ledger import make_run
@@ -140,6 +141,31 @@ def test_report_file_is_self_contained_small_and_names_the_run(ledger_path, run_
     assert "<script>alert(" not in page
 
 
+def test_reports_embed_the_basic_plotly_bundle_and_use_only_its_traces(ledger_path, run_id, campaign_ledger,
+                                                                        tmp_path):
+    assert plotly_bundle.basic_bundle_version() == get_plotlyjs_version()  # the vendored file follows plotly.py
+    path, _ = campaign_ledger
+    pages = [report_html.write_report(ledger_path, run_id, tmp_path / "r.html").read_text(),
+             report_html.write_report(path, "c1", tmp_path / "c.html").read_text()]
+    for page in pages:
+        assert "plotly.js (basic - minified) v" in page and len(page) < 2_000_000
+        types = {t.get("type", "scatter") for traces in _figures_in(page).values() for t in traces}
+        assert types and types <= plotly_bundle.BASIC_TRACES, types
+
+
+def test_a_basic_bundle_of_another_version_falls_back_to_the_full_one(tmp_path, monkeypatch):
+    old = tmp_path / "plotly-basic.min.js"
+    old.write_text("/**\n* plotly.js (basic - minified) v1.0.0\n*/\n")
+    assert plotly_bundle.basic_bundle_version(old) == "1.0.0"
+    assert plotly_bundle.basic_bundle_version(tmp_path / "missing.js") is None
+    monkeypatch.setattr(plotly_bundle, "BASIC_BUNDLE", old)
+    plotly_bundle.plotly_js.cache_clear()
+    try:
+        assert plotly_bundle.plotly_js() == get_plotlyjs()
+    finally:
+        plotly_bundle.plotly_js.cache_clear()
+
+
 def test_a_run_with_no_attempts_still_reports(tmp_path):
     path = tmp_path / "ledger.sqlite"
     with Ledger(path) as ledger:
@@ -235,7 +261,8 @@ def test_campaign_report(campaign_ledger, tmp_path):
     gate = figures["fig-gate-0"][0]
     assert gate["y"] == [0.95, 1.15, 0.944] and gate["marker"]["color"] == ["#2ca02c", "#d62728", "#2ca02c"]
     waterfall = figures["fig-stack-0"][0]
-    assert waterfall["y"] == [1000.0, -100.0, -300.0, 0] and waterfall["measure"][-1] == "total"
+    assert waterfall["type"] == "bar" and waterfall["y"] == [1000.0, -100.0, -300.0, 600.0]
+    assert waterfall["base"] == [0.0, 1000.0, 900.0, 0.0]  # each saving hangs from what was left before it
     with LedgerView(path) as view:
         rows = plots.amdahl_rows(view.campaign("c1"), view.campaign_runs("c1"))
         best = view.run(runs[0])["best_speedup"]

@@ -26,10 +26,10 @@ from urllib.parse import urlsplit
 
 import plotly
 import plotly.io as pio
-from plotly.offline import get_plotlyjs
 
 from ratchet.report import html as report_html
 from ratchet.report import plots
+from ratchet.report.plotly_bundle import plotly_js
 from ratchet.report.ledger_view import LedgerView
 from ratchet.run.ledger import LedgerError
 
@@ -54,7 +54,7 @@ class Dashboard:
     def __init__(self, ledger_path: str | Path):
         self.ledger_path = Path(ledger_path)
         self.view = LedgerView(self.ledger_path)
-        self._plotly = get_plotlyjs().encode()
+        self._plotly = plotly_js().encode()
         self._cache: dict[str, tuple[tuple, bytes]] = {}
         self._lock = threading.Lock()
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Iterable
 
 import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
 
 from ratchet.diagnose.bottleneck import RULE, classify_row_with_counters, labelled
 from ratchet.report import plots
+from ratchet.report.plotly_bundle import plotly_js
 from ratchet.report.ledger_view import LedgerView
 from ratchet.run.ledger import LedgerError
 
@@ -233,7 +233,7 @@ def page(title: str, body: str, plotly_src: str | None = None, script: str = "",
     if not with_plotly:
         plotly = ""
     elif plotly_src is None:
-        plotly = f"<script>{get_plotlyjs()}</script>"
+        plotly = f"<script>{plotly_js()}</script>"
     else:
         plotly = f'<script src="{escape(plotly_src)}"></script>'
     return (f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{escape(title)}</title>"

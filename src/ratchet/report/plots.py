@@ -338,10 +338,13 @@ def waterfall_figure(stack: dict) -> go.Figure:
     names = [layers[0].get("name") or "eager"] + [l.get("name") for l in layers[1:]] + ["stacked"]
     first = layers[0].get("step_us") or 0.0
     deltas = [-(l.get("saved_us") or 0.0) for l in layers[1:]]
-    fig = go.Figure(go.Waterfall(x=names, y=[first, *deltas, 0], meta="waterfall",
-                                 measure=["absolute"] + ["relative"] * len(deltas) + ["total"],
-                                 text=[f"{first:.0f} µs"] + [f"{d:+.0f} µs" for d in deltas] +
-                                 [f"{first + sum(deltas):.0f} µs"]))
+    final = first + sum(deltas)
+    # Floating bars (a bar trace with bases), so the report needs only plotly.js's basic bundle: each saving
+    # hangs from the step time left before it, the total stands on zero.
+    bases = [0.0] + [first + sum(deltas[:i]) for i in range(len(deltas))] + [0.0]
+    fig = go.Figure(go.Bar(x=names, y=[first, *deltas, final], base=bases, meta="waterfall",
+                           marker_color=["#1f77b4"] + ["#2ca02c" if d <= 0 else "#d62728" for d in deltas] + ["#1f77b4"],
+                           text=[f"{first:.0f} µs"] + [f"{d:+.0f} µs" for d in deltas] + [f"{final:.0f} µs"]))
     fig.update_layout(**LAYOUT, yaxis_title="step µs", title=(
         f"stacking on {stack.get('workload')} B={stack.get('batch')} context {stack.get('context')}"))
     return fig
