@@ -10,8 +10,10 @@
   the op's original math (the task's reference, which the adapter checked against the model's module);
 - ``apply(model)``: routes a transformers model's matching modules (only the kinds of op exported)
   through those custom ops with Ratchet's adapter; ``restore()`` on what it returns undoes it;
-- ``layers.py``: the layout of a Hugging Face ``kernels`` layer repository (``layers`` classes with the
-  forward of the modules they replace, and the ``kernels`` layer mapping for ``kernelize``);
+- ``layers.py``, ``hub.py``, ``layer_repository/``: the ops as Hugging Face ``kernels`` layers, a local
+  layer repository ``kernels.kernelize`` loads with no network, ``kernel_mapping()`` pointing at it and
+  ``mark_layers(model)`` for transformers versions whose decorators ignore the installed ``kernels``
+  (``ratchet.e2e.export_hub``);
 - ``manifest.json``: device, date, verdicts, per-shape speedups, shape ranges, gate results;
 - ``test_installed.py``: re-checks every kernel against its reference on the machine it is installed on.
 
@@ -27,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from string import Template
 
+from ratchet.e2e.export_hub import REPOSITORY, write_hub
 from ratchet.run.ledger import Ledger, LedgerError, write_standalone
 
 # Which adapter kinds route each op, so apply() leaves the other modules as they are.
@@ -113,9 +116,10 @@ def export(ledger: Ledger, ident: str, out_dir: str | Path, gates_dir: Path) -> 
     (root / "manifest.json").write_text(json.dumps(manifest, indent=1))
     (root / "__init__.py").write_text(_INIT.substitute(package=package))
     (root / "ops.py").write_text(_OPS.substitute(package=package))
-    (root / "layers.py").write_text(_LAYERS)
+    write_hub(root, package, [k["op"] for k in kernels])
     (root / "test_installed.py").write_text(_TEST.substitute(package=package))
-    (out / "pyproject.toml").write_text(_PYPROJECT.substitute(name=package.replace("_", "-"), package=package))
+    (out / "pyproject.toml").write_text(_PYPROJECT.substitute(name=package.replace("_", "-"), package=package,
+                                                                repository=REPOSITORY))
     return out
 
 
@@ -134,13 +138,15 @@ dependencies = ["torch", "ratchet"]
 packages = ["$package", "$package.kernels"]
 
 [tool.setuptools.package-data]
-$package = ["manifest.json"]
+$package = ["manifest.json", "$repository/build/*/*"]
 ''')
 
 _INIT = Template('''"""Kernels Ratchet judged and gated (see manifest.json): ``apply(model)`` routes a transformers model's
 matching modules through them; ``OPS`` maps each op to its custom op (kernel inside the judged shape
-ranges, the original math outside)."""
+ranges, the original math outside); ``kernel_mapping()`` (and ``mark_layers(model)``) plug them into
+Hugging Face ``kernels``' ``kernelize``."""
 
+from $package.hub import kernel_mapping, mark_layers  # noqa: F401
 from $package.ops import MANIFEST, OPS, apply, in_range  # noqa: F401
 ''')
 
@@ -222,42 +228,6 @@ def apply(model):
     kinds = sorted({k for op in OPS for k in KINDS_OF.get(op, ())})
     return adapt(model, registry, kinds)
 ''')
-
-_LAYERS = '''"""The layout of a Hugging Face ``kernels`` layer repository: layer classes whose forward replaces the
-forward of transformers' modules of the same role, and the mapping ``kernels.kernelize`` reads.
-
-Written by ratchet export. The ``kernels`` library was not installed where this was written, so this
-layout was not run through ``kernelize``; ``apply(model)`` in this package is the tested path.
-"""
-
-import torch
-
-from .ops import OPS
-
-
-class RMSNorm(torch.nn.Module):
-    """For modules with ``weight`` and ``variance_epsilon`` (Llama-style RMSNorm)."""
-
-    weight: torch.Tensor
-    variance_epsilon: float
-
-    def forward(self, hidden_states):
-        shape = hidden_states.shape
-        x = hidden_states.reshape(-1, shape[-1])
-        return OPS["rmsnorm"](x, self.weight.to(x.dtype), self.variance_epsilon).view(shape)
-
-
-class SiluAndMul(torch.nn.Module):
-    """For an activation over the concatenated [gate, up] projection."""
-
-    def forward(self, x):
-        shape = x.shape
-        return OPS["silu_mul"](x.reshape(-1, shape[-1])).view(*shape[:-1], shape[-1] // 2)
-
-
-layers = {name: cls for name, cls in (("RMSNorm", RMSNorm), ("SiluAndMul", SiluAndMul))
-          if {"RMSNorm": "rmsnorm", "SiluAndMul": "silu_mul"}[name] in OPS}
-'''
 
 _TEST = Template('''"""Re-check every kernel of this package against its reference on this machine (written by ratchet
 export): run with ``python -m pytest --pyargs $package.test_installed``."""
