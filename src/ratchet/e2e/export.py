@@ -130,9 +130,12 @@ build-backend = "setuptools.build_meta"
 [project]
 name = "$name"
 version = "0.1.0"
-description = "Kernels Ratchet judged and gated, as torch custom ops dispatched by shape, with apply(model)"
+description = "Kernels Ratchet judged and gated, as torch custom ops dispatched by shape: apply(model), and a Hugging Face kernels layer repository"
 requires-python = ">=3.10"
 dependencies = ["torch", "ratchet"]
+
+[project.optional-dependencies]
+kernels = ["kernels>=0.17"]
 
 [tool.setuptools]
 packages = ["$package", "$package.kernels"]
