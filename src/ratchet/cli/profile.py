@@ -21,9 +21,12 @@ def register(sub, parser_class) -> None:
             "registry's ops (each mapped to its built-in task, with the shapes the workload runs) and every other "
             "op (GEMMs, attention, MoE experts, copies), grouped by profiler op name and input shapes. For each: "
             "its share of the step and Amdahl's bound on the whole step's speedup if the op took no time or ran "
-            "2x faster. Then the built-in tasks worth a run, by share (decode x 1, prefill x 0.5), and the ops "
-            "with no task. --extract DIR writes a task file, with a seed that runs its reference, for each op "
-            "with no task that Ratchet can rebuild (F.linear GEMMs, bmm, MoE grouped GEMM, prefill attention)."))
+            "2x faster. Then the built-in tasks worth a run, by share (decode x 1, prefill x 0.5), the ops "
+            "with no task, and the model's own modules (an MoE block, a GELU MLP) that run ops no task or op "
+            "extractor covers, each with its share and Amdahl bounds. --extract DIR writes a task file, with a "
+            "seed that runs its reference, for each op with no task that Ratchet can rebuild (F.linear GEMMs, "
+            "bmm, MoE grouped GEMM, prefill attention) and for each such module: its reference runs the "
+            "module's own class on the profiled inputs with the weights as arguments."))
     from ratchet.cli.common import MODEL_HELP
 
     p.add_argument("workload", metavar="MODEL", help=MODEL_HELP)
@@ -40,7 +43,8 @@ def register(sub, parser_class) -> None:
                    "is the least over them (default: 5 full, 3 tiny)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--extract", metavar="DIR", help="write DIR/<workload>_<op>/task.py (and seeds/) for the ops "
-                   "with no built-in task that can be rebuilt")
+                   "with no built-in task that can be rebuilt, and DIR/<workload>_<ModuleClass>/ for the modules "
+                   "with no task")
     p.add_argument("--force", action="store_true", help="with --extract: replace task files that exist")
     p.set_defaults(func=cmd_profile)
 
@@ -48,6 +52,7 @@ def register(sub, parser_class) -> None:
 def cmd_profile(args) -> int:
     from ratchet.cli.common import UsageError, resolve_device
     from ratchet.e2e.extract import extract_tasks
+    from ratchet.e2e.extract_module import extract_module_tasks
     from ratchet.e2e.profile import DEFAULTS, ProfileError, profile_workload
 
     if args.force and not args.extract:
@@ -67,21 +72,26 @@ def cmd_profile(args) -> int:
             raise
         raise UsageError(f"out of memory profiling {args.workload} ({size}) at batch {settings['batch']}, context "
                          f"{settings['context']}, prefill {settings['prefill']}: use smaller numbers") from None
-    extracted = []
+    extracted, skipped = [], []
     if args.extract:
         try:
             extracted = extract_tasks(prof, args.extract, force=args.force)
+            modules, skipped = extract_module_tasks(prof, args.extract, force=args.force)
+            extracted += modules
         except OSError as exc:
             raise UsageError(f"cannot write under {args.extract}: {exc.strerror or exc}") from None
     if args.json:
         out = prof.to_json()
         if args.extract:
             out["extracted"] = [vars(e) for e in extracted]
+            out["not_extracted"] = [vars(s) for s in skipped]
         print(json.dumps(out))
         return 0
     print_profile(prof)
     if args.extract:
         print_extracted(extracted, args.extract)
+        for s in skipped:
+            print(f"not extracted: {s.name}: {s.why}")
     return 0
 
 
@@ -148,6 +158,15 @@ def print_profile(prof, console=None) -> None:
         for c in prof.no_task:
             how = f"--extract writes task '{task_stem(prof.workload)}_{c.extractor}'" if c.extractor else "no extractor"
             console.print(Text(f"- {c.name} ({c.family}): {_pct(c.score)}  {_by_phase(c)}; {how}"))
+    if prof.modules_no_task:
+        console.print("[bold]Modules with no task[/] (from 1% of a step, running ops no task or op extractor "
+                      "covers; --extract writes a task whose reference is the module itself)")
+        for m in prof.modules_no_task:
+            where = ", ".join(m.paths[:2]) + (f", +{len(m.paths) - 2} more" if len(m.paths) > 2 else "")
+            console.print(Text(f"- {m.name} ({where}): {_pct(m.score)}  {_by_phase(m)}"))
+            for phase, labels in m.inputs.items():
+                console.print(Text(f"     {phase}: ({'; '.join(labels)}), uncovered ops "
+                                   f"{_pct(m.uncovered_shares[phase])} of the step"))
     for note in prof.notes:
         console.print(f"note: {note}")
 
@@ -175,5 +194,5 @@ def print_extracted(extracted, out_dir) -> None:
         return
     for e in extracted:
         verb = "wrote" if e.written else "kept (exists; --force replaces it)"
-        print(f"{verb} {e.path}: {e.family}, {len(e.shapes)} profiled shapes, {e.dtype}; check it with "
+        print(f"{verb} {e.path}: {e.family}, {len(e.shapes)} profiled shape(s), {e.dtype}; check it with "
               f"'ratchet eval {e.path} {e.seed} --device cpu'")

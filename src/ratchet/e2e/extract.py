@@ -41,6 +41,19 @@ def extractor_for(op: str) -> str | None:
     return None
 
 
+def op_covered(event) -> bool:
+    """Whether a profiler op event is a call an op-family extractor rebuilds (so a module spending its
+    time there is covered by that family's task)."""
+    family = extractor_for(event.name)
+    if family is None:
+        return False
+    shapes = [list(s) if isinstance(s, (list, tuple)) else s for s in (event.input_shapes or ())]
+    try:
+        return _EXTRACTORS[family]["read"](shapes, getattr(event, "concrete_inputs", None)) is not None
+    except (IndexError, TypeError):
+        return False
+
+
 def _linear_dims(shapes, concrete):
     x, w = shapes[0], shapes[1]
     if len(shapes) > 2 and shapes[2]:

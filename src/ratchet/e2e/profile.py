@@ -31,11 +31,13 @@ import math
 import statistics
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 from torch.autograd import DeviceType
+
+from ratchet.e2e.module_times import ModuleRanges, choose, module_times, root_module
 
 PHASE_WEIGHTS = {"decode": 1.0, "prefill": 0.5}  # as ratchet.task.decode_weight weighs decode vs prefill shapes
 OP_PREFIX = "ratchet::op:"
@@ -128,6 +130,7 @@ class Phase:
     other_us: float  # step time no op covers
     other_share: float
     notes: tuple[str, ...] = ()
+    modules: tuple = ()  # ModuleTime per group of the model's modules, by time (ratchet.e2e.module_times)
 
     def op(self, name: str) -> OpTime | None:
         return next((o for o in self.ops if o.name == name), None)
@@ -149,6 +152,21 @@ class Ranked:
 
 
 @dataclass(frozen=True)
+class RankedModule:
+    """A group of the model's modules whose time no task and no op extractor covers, worth a task of
+    its own (``--extract`` writes one whose reference runs the module itself)."""
+
+    name: str  # the class, qualified
+    paths: tuple[str, ...]
+    score: float  # weighted share, as Ranked's
+    shares: dict  # phase -> share of the step
+    uncovered_shares: dict  # phase -> share in ops no task or extractor covers
+    speedup_if_free: dict
+    speedup_if_2x: dict
+    inputs: dict  # phase -> the recorded calls, as labels
+
+
+@dataclass(frozen=True)
 class Profile:
     workload: str
     size: str
@@ -158,19 +176,32 @@ class Profile:
     worth_a_run: tuple[Ranked, ...]  # built-in tasks by score
     no_task: tuple[Ranked, ...]  # ops with no task, from NOTABLE_SHARE of a phase on, by score
     notes: tuple[str, ...] = ()
+    modules_no_task: tuple[RankedModule, ...] = ()  # model modules worth a task of their own, by score
     # Per phase: bucket -> (time per step, concrete inputs of its first call), for extraction.
     raw: dict = field(default_factory=dict, repr=False, compare=False)
     # The model's weight shapes and dtypes: an op's dtype where the profiler records none (older torch).
     param_dtypes: dict = field(default_factory=dict, repr=False, compare=False)
+    # The profiled model and its hooked modules with their recorded calls, for module extraction.
+    model: Any = field(default=None, repr=False, compare=False)
+    module_ranges: Any = field(default=None, repr=False, compare=False)
 
     def phase(self, name: str) -> Phase | None:
         return next((p for p in self.phases if p.name == name), None)
 
     def to_json(self) -> dict:
-        out = asdict(self)
-        out.pop("raw")
-        out.pop("param_dtypes")
-        return _finite(out)
+        skip = ("raw", "param_dtypes", "model", "module_ranges")  # live objects, not results
+        return _finite({f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in skip})
+
+
+def _plain(obj):
+    """A result as JSON-ready data (dataclasses.asdict would deep-copy the live model too)."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
 
 
 def _finite(obj):
@@ -247,27 +278,27 @@ def profile_workload(name: str, size: str = "tiny", device: str = "cpu", batch: 
         notes.append("CPU wall times under the profiler (ops made of many small ones, like the CPU grouped GEMM, "
                      "look bigger than they are); they say nothing about a GPU")
     phases, raw = [], {}
+    ranges = ModuleRanges(root_module(model))
     if not getattr(model, "decodes", True):  # a plain module: its forward on its example inputs
         notes.append("a forward-only module: one phase, its forward on the example inputs, weighed as a prefill")
         with _Annotated(model.ops) as annotated:
             say(f"profiling {steps} forward pass(es) on the example inputs")
-            phase, raw["prefill"] = _profile_forward(model, annotated, steps)
-        worth, no_task = rank([phase], device)
-        return Profile(workload=name, size=size, device=device, dtype=dtype_name(model.config.dtype),
-                       phases=(phase,), worth_a_run=worth, no_task=no_task, notes=tuple(notes), raw=raw,
-                       param_dtypes={tuple(p.shape): p.dtype for p in model.parameters()})
-    with _Annotated(model.ops) as annotated:
-        say(f"profiling {steps} decode step(s): batch {batch}, context {context}")
-        phase, raw["decode"] = _profile_decode(model, annotated, batch, context, steps, seed)
-        phases.append(phase)
-        if prefill_len:
-            say(f"profiling {steps} prefill(s) of {prefill_len} tokens")
-            phase, raw["prefill"] = _profile_prefill(model, annotated, prefill_len, steps, seed)
+            phase, raw["prefill"] = _profile_forward(model, annotated, ranges, steps)
             phases.append(phase)
+    else:
+        with _Annotated(model.ops) as annotated:
+            say(f"profiling {steps} decode step(s): batch {batch}, context {context}")
+            phase, raw["decode"] = _profile_decode(model, annotated, ranges, batch, context, steps, seed)
+            phases.append(phase)
+            if prefill_len:
+                say(f"profiling {steps} prefill(s) of {prefill_len} tokens")
+                phase, raw["prefill"] = _profile_prefill(model, annotated, ranges, prefill_len, steps, seed)
+                phases.append(phase)
     worth, no_task = rank(phases, device)
     return Profile(workload=name, size=size, device=device, dtype=dtype_name(model.config.dtype),
                    phases=tuple(phases), worth_a_run=worth, no_task=no_task, notes=tuple(notes), raw=raw,
-                   param_dtypes={tuple(p.shape): p.dtype for p in model.parameters()})
+                   param_dtypes={tuple(p.shape): p.dtype for p in model.parameters()},
+                   modules_no_task=rank_modules(phases, ranges), model=model, module_ranges=ranges)
 
 
 class _Annotated:
@@ -317,7 +348,8 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _profile_decode(model, annotated: _Annotated, batch: int, context: int, steps: int, seed: int):
+def _profile_decode(model, annotated: _Annotated, ranges: ModuleRanges, batch: int, context: int, steps: int,
+                    seed: int):
     from ratchet.e2e.workloads.runner import DecodeStep, GraphCaptureError, fill_random, random_tokens
 
     dev = model.device
@@ -342,7 +374,7 @@ def _profile_decode(model, annotated: _Annotated, batch: int, context: int, step
         _sync(dev)
         unprofiled.append((time.perf_counter() - t0) * 1e6)
     rewind()
-    with _profiler(dev.type) as prof:
+    with ranges.phase("decode"), _profiler(dev.type) as prof:
         for _ in range(steps):
             with torch.profiler.record_function(STEP_NAMES["decode"]):
                 runner.step()
@@ -357,7 +389,7 @@ def _profile_decode(model, annotated: _Annotated, batch: int, context: int, step
             notes.append(f"no CUDA graph timing: {exc}")
         rewind()
     setting = {"batch": batch, "context": context, "cache_len": cache.max_len}
-    return _phase("decode", setting, prof, annotated, unprofiled, graph_us, dev.type, notes)
+    return _phase("decode", setting, prof, annotated, ranges, unprofiled, graph_us, dev.type, notes)
 
 
 def _time_replays(graphed, steps: int, dev) -> float:
@@ -373,7 +405,7 @@ def _time_replays(graphed, steps: int, dev) -> float:
     return statistics.median(times)
 
 
-def _profile_prefill(model, annotated: _Annotated, tokens_n: int, steps: int, seed: int):
+def _profile_prefill(model, annotated: _Annotated, ranges: ModuleRanges, tokens_n: int, steps: int, seed: int):
     from ratchet.e2e.workloads.runner import random_tokens
 
     dev = model.device
@@ -387,15 +419,16 @@ def _profile_prefill(model, annotated: _Annotated, tokens_n: int, steps: int, se
         model.prefill(prompt, cache)
         _sync(dev)
         unprofiled.append((time.perf_counter() - t0) * 1e6)
-    with _profiler(dev.type) as prof:
+    with ranges.phase("prefill"), _profiler(dev.type) as prof:
         for _ in range(steps):
             with torch.profiler.record_function(STEP_NAMES["prefill"]):
                 model.prefill(prompt, cache)
                 _sync(dev)
-    return _phase("prefill", {"batch": 1, "tokens": tokens_n}, prof, annotated, unprofiled, None, dev.type, [])
+    return _phase("prefill", {"batch": 1, "tokens": tokens_n}, prof, annotated, ranges, unprofiled, None, dev.type,
+                  [])
 
 
-def _profile_forward(model, annotated: _Annotated, steps: int):
+def _profile_forward(model, annotated: _Annotated, ranges: ModuleRanges, steps: int):
     dev = model.device
     model.run()  # warm-up
     unprofiled = []
@@ -405,20 +438,20 @@ def _profile_forward(model, annotated: _Annotated, steps: int):
         model.run()
         _sync(dev)
         unprofiled.append((time.perf_counter() - t0) * 1e6)
-    with _profiler(dev.type) as prof:
+    with ranges.phase("prefill"), _profiler(dev.type) as prof:
         for _ in range(steps):
             with torch.profiler.record_function(STEP_NAMES["prefill"]):
                 model.run()
                 _sync(dev)
     shapes = [list(t.shape) for t in model.inputs if isinstance(t, torch.Tensor)]
-    return _phase("prefill", {"forward_inputs": shapes}, prof, annotated, unprofiled, None, dev.type, [])
+    return _phase("prefill", {"forward_inputs": shapes}, prof, annotated, ranges, unprofiled, None, dev.type, [])
 
 
-def _phase(name, setting, prof, annotated, unprofiled_us: list, graph_us, device_type, notes):
+def _phase(name, setting, prof, annotated, ranges, unprofiled_us: list, graph_us, device_type, notes):
     """Split the profiled steps' time among ops. Each op's time per step is the least over the steps (noise
     only ever adds time), and so is the step's, so the shares still add up to at most 1. Returns the Phase
     and, per bucket, (time per step, the first call's concrete inputs) for extraction."""
-    from ratchet.e2e.extract import extractor_for  # extract imports this module
+    from ratchet.e2e.extract import extractor_for, op_covered  # extract imports this module
 
     # The CPU-side ranges only: on CUDA each range also has a GPU-side twin of the same name.
     step_events = [e for e in prof.events() if e.name == STEP_NAMES[name] and e.device_type == DeviceType.CPU]
@@ -473,9 +506,10 @@ def _phase(name, setting, prof, annotated, unprofiled_us: list, graph_us, device
                           extractor=None if task else extractor_for(op)))
     ops.sort(key=lambda o: -o.time_us)
     other = max(step_us - covered, 0.0)
+    modules = module_times(step_events, ranges, name, time_of, step_us, op_covered, amdahl)
     phase = Phase(name=name, setting=setting, steps=n, step_us=step_us, basis=basis,
                   unprofiled_step_us=min(unprofiled_us), graph_step_us=graph_us, ops=tuple(ops), other_us=other,
-                  other_share=_ratio(other, step_us), notes=tuple(notes))
+                  other_share=_ratio(other, step_us), notes=tuple(notes), modules=tuple(modules))
     return phase, {key: (times[key], events[0].concrete_inputs) for key, events in first.items()}
 
 
@@ -551,6 +585,27 @@ def rank(phases: Sequence[Phase], device: str) -> tuple[tuple[Ranked, ...], tupl
     worth.sort(key=lambda c: -c.score)
     no_task.sort(key=lambda c: -c.score)
     return tuple(worth), tuple(no_task)
+
+
+def rank_modules(phases: Sequence[Phase], ranges: ModuleRanges) -> tuple[RankedModule, ...]:
+    """The module groups worth a task of their own (``module_times.choose``), by weighted share."""
+    weights = {p.name: PHASE_WEIGHTS[p.name] for p in phases}
+    total_weight = sum(weights.values()) or 1.0
+    chosen = choose({p.name: p.modules for p in phases}, ranges, NOTABLE_SHARE)
+    out = []
+    for group in chosen:
+        present = {p.name: m for p in phases for m in p.modules if m.name == group}
+        first = next(iter(present.values()))
+        out.append(RankedModule(
+            name=group, paths=first.paths,
+            score=sum(weights[ph] * m.share for ph, m in present.items()) / total_weight,
+            shares={ph: m.share for ph, m in present.items()},
+            uncovered_shares={ph: m.uncovered_share for ph, m in present.items()},
+            speedup_if_free={ph: m.speedup_if_free for ph, m in present.items()},
+            speedup_if_2x={ph: m.speedup_if_2x for ph, m in present.items()},
+            inputs={ph: list(m.inputs) for ph, m in present.items()}))
+    out.sort(key=lambda m: -m.score)
+    return tuple(out)
 
 
 def _shape_json(s: ShapeTime, task: str | None, device: str) -> dict:

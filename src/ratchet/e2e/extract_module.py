@@ -1,0 +1,637 @@
+"""``extract_module_tasks(profile, out_dir)``: a task file whose reference is the model's own module.
+
+For each module group ``ratchet profile`` found worth a task of its own (``Profile.modules_no_task``: a
+block that runs ops no built-in task or op-family extractor covers, like Qwen3-MoE's sparse MoE block
+or Gemma's GELU MLP), write ``DIR/<model>_<Class>/``:
+- ``task.py``: the reference imports the module's class from where the model got it (its transformers
+  module, or the user's module or file for ``module:function``), builds it from ``config.json`` beside
+  the file (a transformers config) and the constructor arguments read off the profiled instance, and
+  calls its forward with the kernel's weights in place (``torch.func.functional_call``). The kernel's
+  arguments are the module's tensor inputs, as profiled (shapes, dtypes, integer ranges; the token
+  dimensions named, scaled down for the CPU set), then its parameters and floating buffers; the
+  weights are drawn from the generator with the mean and spread of the model's own.
+- ``seeds/torch_reference.py``: the same module call as a candidate (config inline), the baseline.
+The cost model: bytes of the inputs, the parameters (of a stack of experts, one expert: a call need
+not read the others) and the outputs; FLOPs counted by ``FlopCounterMode`` on the reference at each
+public shape. Each file is checked before it is kept: its reference must equal the profiled module's
+own forward on the same inputs and weights.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ratchet.e2e.extract import Extracted, _stem, _wrap
+from ratchet.e2e.module_times import ArgSpec, CallSpec, layer_of
+from ratchet.e2e.profile import PHASE_WEIGHTS, Profile, dtype_name
+
+CPU_TOKENS = 64  # the CPU set's calls hold at most this many tokens (the product of the named dims)
+_DIM_NAMES = {1: ("T",), 2: ("B", "S")}
+_SCALARS = (bool, int, float, str, type(None))
+# A module chains several ops, each rounding: a bit looser than one op's table.
+_TOLERANCES = {"float32": (1e-4, 1e-4), "float16": (5e-3, 5e-3), "bfloat16": (3e-2, 3e-2), "float64": (1e-8, 1e-8)}
+
+
+class ModuleExtractError(Exception):
+    """Why a module cannot become a task file (one line)."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A module group worth a task that was not written, and why."""
+
+    name: str
+    why: str
+
+
+def extract_module_tasks(profile: Profile, out_dir: str | Path, *, force: bool = False) -> tuple[list, list]:
+    """Write a task per module group in ``profile.modules_no_task``; returns (Extracted list, Skipped list)."""
+    written, skipped = [], []
+    ranges = profile.module_ranges
+    if ranges is None:
+        return written, skipped
+    for entry in profile.modules_no_task:
+        records = [r for r in ranges.records if r.group == entry.name]
+        name = f"{_stem(profile.workload)}_{entry.name.rsplit('.', 1)[-1].replace('#', '_')}"
+        try:
+            written.append(_extract_one(profile, entry, records, Path(out_dir) / name, name, force))
+        except ModuleExtractError as exc:
+            skipped.append(Skipped(entry.name, str(exc)))
+    return written, skipped
+
+
+# -- what the task must remake --------------------------------------------------------------------------
+def _template(calls: list[tuple[str, CallSpec]]):
+    """The call's template from its first recorded call: tensor shapes with the token dims (the first
+    tensor's leading dims, and the same leading dims of the other tensors) named; plus each call's
+    values of those dims. Calls of another structure are left out."""
+    first = calls[0][1]
+    tensors = [a for a in first.args if a.kind == "tensor"]
+    lead = tensors[0].shape[:-1] if len(tensors[0].shape) > 1 else tensors[0].shape
+    names = _DIM_NAMES.get(len(lead), tuple(f"D{i}" for i in range(len(lead))))
+    if not lead:
+        raise ModuleExtractError("its first tensor input is a scalar")
+    layout = []
+    for a in first.args:
+        if a.kind != "tensor":
+            layout.append(None)
+            continue
+        named = tuple(a.shape[:len(lead)]) == tuple(lead)
+        layout.append([names[i] if named and i < len(lead) else d for i, d in enumerate(a.shape)])
+    shapes = []
+    for phase, call in calls:
+        dims = dict(zip(names, (next(a for a in call.args if a.kind == "tensor").shape)))
+        if len(call.args) != len(first.args) or any(
+                (a.key, a.kind, a.dtype, a.value if a.kind == "const" else None)
+                != (b.key, b.kind, b.dtype, b.value if b.kind == "const" else None)
+                or (a.kind == "tensor" and tuple(dims.get(d, d) if isinstance(d, str) else d for d in lay) != a.shape)
+                for a, b, lay in zip(call.args, first.args, layout)):
+            continue
+        shapes.append((phase, dims))
+    return names, layout, shapes
+
+
+def _cpu_dims(dims: dict) -> dict:
+    small = dict(dims)
+    while math.prod(small.values()) > CPU_TOKENS:
+        biggest = max(small, key=lambda k: small[k])
+        small[biggest] = max(small[biggest] // 2, 1)
+    return small
+
+
+def _import_source(obj) -> dict:
+    """Where the task imports ``obj``'s class from: its module by name, or the user's file by path."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    module = sys.modules.get(cls.__module__)
+    if "<locals>" in cls.__qualname__:
+        raise ModuleExtractError(f"{cls.__qualname__} is defined inside a function; a task cannot import it")
+    if cls.__module__.startswith("ratchet_user_model_"):  # a model file loaded by path (models._load_function)
+        return {"file": str(Path(module.__file__).resolve()), "name": cls.__qualname__}
+    if cls.__module__ == "__main__":
+        raise ModuleExtractError(f"{cls.__qualname__} lives in __main__; a task cannot import it")
+    return {"module": cls.__module__, "name": cls.__qualname__}
+
+
+def _config_of(module: nn.Module, model) -> object | None:
+    from transformers import PretrainedConfig
+
+    own = getattr(module, "config", None)
+    if isinstance(own, PretrainedConfig):
+        return own
+    hf = getattr(model, "hf", None) or getattr(model, "module", None)
+    config = getattr(hf, "config", None)
+    if isinstance(config, PretrainedConfig):
+        text = config.get_text_config(decoder=True)
+        return text
+    return None
+
+
+def _init_kwargs(module: nn.Module, path: str, config) -> dict:
+    """The constructor's arguments, read off the instance: ``config`` the model's config, ``layer_idx``
+    the layer the instance sits in, any other one the instance's attribute of that name, else its
+    default, else the config's field of that name."""
+    try:
+        params = list(inspect.signature(type(module).__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        raise ModuleExtractError(f"{type(module).__name__}'s constructor has no signature") from None
+    kwargs = {}
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.name == "config" and config is not None:
+            kwargs["config"] = "<config>"
+        elif p.name == "layer_idx" and (getattr(module, "layer_idx", None) is not None or layer_of(path) is not None):
+            kwargs["layer_idx"] = getattr(module, "layer_idx", None) if getattr(module, "layer_idx", None) is not None \
+                else layer_of(path)
+        elif isinstance(getattr(module, p.name, None), _SCALARS) and not isinstance(
+                getattr(type(module), p.name, None), property):
+            kwargs[p.name] = getattr(module, p.name)
+        elif p.default is not p.empty:
+            continue
+        elif config is not None and isinstance(getattr(config, p.name, None), _SCALARS):
+            kwargs[p.name] = getattr(config, p.name)
+        else:
+            raise ModuleExtractError(f"cannot tell {type(module).__name__}'s constructor argument '{p.name}'")
+    return kwargs
+
+
+def _weights(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """The kernel's weight arguments: parameters, then floating buffers, by name."""
+    out = [(n, p) for n, p in module.named_parameters()]
+    out += [(n, b) for n, b in module.named_buffers() if b.is_floating_point()]
+    return out
+
+
+def _stats(t: torch.Tensor) -> tuple[float, float]:
+    """Mean and spread to draw a weight with (a constant weight gets a little spread: never constants)."""
+    wide = t.detach().double()
+    mean = float(wide.mean()) if t.numel() else 0.0
+    std = float(wide.std()) if t.numel() > 1 else 0.0
+    return round(mean, 6), round(max(std, 0.02 * abs(mean), 1e-3), 6)
+
+
+# -- writing --------------------------------------------------------------------------------------------
+def _extract_one(profile: Profile, entry, records, folder: Path, name: str, force: bool) -> Extracted:
+    if not records:
+        raise ModuleExtractError("no instance recorded")
+    first = records[0]
+    module = first.module
+    calls = [(ph, c) for ph in ("decode", "prefill") for c in first.calls.get(ph, []) if not c.why]
+    if not calls:
+        raise ModuleExtractError("no call of it was recorded")
+    names, layout, shapes = _template(calls)
+    tensors = [a for a in calls[0][1].args if a.kind == "tensor"]
+    floats = [a for a in tensors if a.dtype in ("float32", "float16", "bfloat16", "float64")]
+    dtype = floats[0].dtype if floats else dtype_name(next(module.parameters()).dtype)
+    config = _config_of(module, profile.model)
+    init = _init_kwargs(module, first.path, config)
+    source = _import_source(module)
+    config_source = _import_source(config) if config is not None else None
+    weights = _weights(module)
+    # The public shapes: each weighs its phase's weight x the group's share there.
+    weight_of: dict[tuple, float] = {}
+    for phase, dims in shapes:
+        key = tuple(dims[d] for d in names)
+        weight_of[key] = weight_of.get(key, 0.0) + PHASE_WEIGHTS[phase] * entry.shares.get(phase, 0.0)
+    public = [dict(zip(names, k)) for k in sorted(weight_of, key=lambda k: -weight_of[k])]
+    cpu = []
+    for s in public:
+        small = _cpu_dims(s)
+        key = tuple(small[d] for d in names)
+        weight_of[key] = max(weight_of.get(key, 0.0), weight_of[tuple(s[d] for d in names)])
+        if small not in cpu:
+            cpu.append(small)
+    spec = {
+        "source": source, "config_source": config_source, "init": init, "names": list(names),
+        "inputs": [_input_spec(a, lay, dtype) for a, lay in zip(calls[0][1].args, layout)],
+        "weights": [(n, list(t.shape), "task" if dtype_name(t.dtype) == dtype else dtype_name(t.dtype), *_stats(t))
+                    for n, t in weights],
+        "param_floor": _param_floor(weights, dtype),
+    }
+    config_json = config.to_json_string(use_diff=False) if config is not None else None
+    task_path, seed_path = folder / "task.py", folder / "seeds" / "torch_reference.py"
+    written = force or not task_path.exists()
+    if not written:
+        return Extracted(name=name, path=str(task_path), seed=str(seed_path), family="module", shapes=public,
+                         cpu_shapes=cpu, dtype=dtype, written=False)
+    seed_path.parent.mkdir(parents=True, exist_ok=True)
+    if config_json is not None:
+        (folder / "config.json").write_text(config_json)
+    costs = {}
+    for reference_dtype in (("float64", "float32") if dtype == "float32" else ("float32",)):
+        text = dict(profile=profile, entry=entry, name=name, dtype=dtype, public=public, cpu=cpu,
+                    weights={tuple(s[d] for d in names): round(max(weight_of[tuple(s[d] for d in names)], 1e-6), 6)
+                             for s in public + cpu}, spec=spec, reference_dtype=reference_dtype, costs=costs)
+        task_path.write_text(_task_source(**text))
+        seed_path.write_text(_seed_source(spec, config_json, entry.name))
+        try:
+            costs = _check_and_count(task_path, module, spec, public + cpu, dtype, reference_dtype, profile.device)
+        except _ReferenceDtype:
+            continue
+        except ModuleExtractError:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        task_path.write_text(_task_source(**{**text, "costs": costs}))
+        return Extracted(name=name, path=str(task_path), seed=str(seed_path), family="module", shapes=public,
+                         cpu_shapes=cpu, dtype=dtype, written=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    raise ModuleExtractError("its forward runs in neither float64 nor float32")
+
+
+def _input_spec(a: ArgSpec, layout, dtype: str) -> dict:
+    if a.kind == "const":
+        return {"key": a.key, "const": a.value}
+    kind = "task" if a.dtype == dtype else a.dtype
+    out = {"key": a.key, "shape": layout, "dtype": kind}
+    if a.low is not None:
+        out.update(low=a.low, high=a.high)
+    return out
+
+
+def _param_floor(weights, dtype: str) -> int:
+    """Bytes of weights any call must read: every parameter, but of a stack of 3 or more dims (experts)
+    one slice only (a call need not read the experts no row reaches)."""
+    total = 0
+    for _name, t in weights:
+        count = t.numel() // t.shape[0] if t.dim() >= 3 and t.shape[0] else t.numel()
+        elt = torch.empty((), dtype=getattr(torch, dtype) if dtype_name(t.dtype) == dtype else t.dtype).element_size()
+        total += count * elt
+    return total
+
+
+class _ReferenceDtype(Exception):
+    pass
+
+
+def _check_and_count(task_path: Path, module: nn.Module, spec: dict, shapes: list, dtype: str,
+                     reference_dtype: str, device: str) -> dict:
+    """Load the written task; at its first CPU shape its reference must equal the profiled module's own
+    forward on the same inputs and weights, and run upcast to ``reference_dtype`` (else
+    ``_ReferenceDtype``). Returns per shape (output bytes, FLOPs counted on the reference)."""
+    from torch.func import functional_call
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from ratchet.task import TaskError, load_task
+
+    try:
+        task = load_task(str(task_path))
+    except TaskError as exc:
+        raise ModuleExtractError(f"the written task does not load: {exc}") from None
+    torch_dtype = getattr(torch, dtype)
+    dev = next(module.parameters()).device if any(True for _ in module.parameters()) else torch.device(device)
+    n_in = sum(1 for i in spec["inputs"] if "const" not in i)
+    shape = task.cpu.public[0]
+    inputs = task.make_inputs(shape, torch_dtype, str(dev), torch.Generator(device=dev).manual_seed(0))
+    with torch.no_grad():
+        try:
+            got = _tensors(task.reference(*inputs))
+            want = _tensors(_module_call(functional_call, module, spec, inputs, n_in))
+        except Exception as exc:
+            raise ModuleExtractError(f"the rebuilt module does not run: {type(exc).__name__}: "
+                                     f"{' '.join(str(exc).split())[:200]}") from None
+    # Close, not equal: the profiled instance may run adapted (its ops through the registry, matched
+    # to the same math within this tolerance); the constants compared apart catch an eps that differs.
+    atol, rtol = _TOLERANCES.get(dtype, (1e-3, 1e-3))
+    if len(got) != len(want) or not all(g.shape == w.shape and torch.allclose(g.double(), w.double(), atol=atol,
+                                                                              rtol=rtol) for g, w in zip(got, want)):
+        raise ModuleExtractError("the rebuilt module's output differs from the model's own module")
+    differs = _constants_differ(_module_for_check(task), module)
+    if differs:
+        raise ModuleExtractError(f"the rebuilt module differs from the model's own: {differs}")
+    upcast = tuple(x.to(getattr(torch, reference_dtype)) if x.is_floating_point() else x for x in inputs)
+    try:
+        with torch.no_grad():
+            task.reference(*upcast)
+    except Exception:
+        raise _ReferenceDtype() from None
+    costs = {}
+    for s in shapes:
+        inputs = task.make_inputs(s, torch_dtype, str(dev), torch.Generator(device=dev).manual_seed(1))
+        counter = FlopCounterMode(display=False)
+        with torch.no_grad(), counter:
+            outs = _tensors(task.reference(*inputs))
+        key = tuple(s[d] for d in spec["names"])
+        costs[key] = (sum(o.numel() * o.element_size() for o in outs), int(counter.get_total_flops()))
+    return costs
+
+
+def _module_for_check(task) -> nn.Module:
+    built = sys.modules[task.reference.__module__]._BUILT
+    return next(iter(built.values()))
+
+
+def _constants_differ(rebuilt: nn.Module, original: nn.Module) -> str | None:
+    """The first plain attribute (eps, top_k, widths) of a submodule that differs, as 'path.attr'."""
+    mine = dict(rebuilt.named_modules())
+    for path, theirs in original.named_modules():
+        if path not in mine:
+            return f"{path or 'the module'} is missing"
+        for attr, value in vars(theirs).items():
+            if attr.startswith("_") or not isinstance(value, _SCALARS):
+                continue
+            if vars(mine[path]).get(attr, value) != value:
+                return f"{(path + '.') if path else ''}{attr} is {vars(mine[path])[attr]!r}, not {value!r}"
+    return None
+
+
+def _module_call(functional_call, module, spec, inputs, n_in):
+    tensors, weights = list(inputs[:n_in]), inputs[n_in:]
+    state = {n: w for (n, *_rest), w in zip(spec["weights"], weights)}
+    args, kwargs = [], {}
+    for item in spec["inputs"]:
+        value = item["const"] if "const" in item else tensors.pop(0)
+        if item["key"] is None:
+            args.append(value)
+        else:
+            kwargs[item["key"]] = value
+    return functional_call(module, state, tuple(args), kwargs)
+
+
+def _tensors(out) -> tuple:
+    if isinstance(out, torch.Tensor):
+        return (out,)
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return tuple(t for o in out for t in _tensors(o))
+    return ()
+
+
+# -- the files ------------------------------------------------------------------------------------------
+# One block shared by the task and its seed: rebuild the module once per device, call it with the
+# arguments' weights in place.
+_MODULE_CODE = '''
+def _import(source):
+    if "file" in source:  # the user's model file, by path
+        spec = importlib.util.spec_from_file_location("ratchet_module_" + str(abs(hash(source["file"]))),
+                                                      source["file"])
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(source["module"])
+    obj = module
+    for part in source["name"].split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+_BUILT = {}
+
+
+def _module(device):
+    """The model's module class, built once per device from the config with weights from a fixed seed
+    (every weight is replaced by the call's arguments)."""
+    key = str(device)
+    if key not in _BUILT:
+        kwargs = dict(_SPEC["init"])
+        if "config" in kwargs:
+            kwargs["config"] = _import(_SPEC["config_source"]).from_dict(_config_dict())
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            module = _import(_SPEC["source"])(**kwargs)
+        _BUILT[key] = module.to(device).eval()
+    return _BUILT[key]
+
+
+def _tensors(out):
+    if isinstance(out, torch.Tensor):
+        return (out,)
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return tuple(t for o in out for t in _tensors(o))
+    return ()
+
+
+def _run(*arguments):
+    """The module's forward on the profiled call: the tensor inputs in order, constants as profiled, and
+    the weights (after the inputs) in place of the module's own."""
+    n_in = sum(1 for item in _SPEC["inputs"] if "const" not in item)
+    tensors, weights = list(arguments[:n_in]), arguments[n_in:]
+    module = _module(arguments[0].device)
+    state = {w[0]: t for w, t in zip(_SPEC["weights"], weights)}
+    args, kwargs = [], {}
+    for item in _SPEC["inputs"]:
+        value = item["const"] if "const" in item else tensors.pop(0)
+        if item["key"] is None:
+            args.append(value)
+        else:
+            kwargs[item["key"]] = value
+    with torch.no_grad():
+        out = _tensors(functional_call(module, state, tuple(args), kwargs))
+    return out[0] if len(out) == 1 else out
+'''
+
+_TASK = '''"""$title
+
+$about
+
+$body
+"""
+
+import importlib
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import torch
+from torch.func import functional_call
+
+from ratchet.task import Cost, ShapeRange, ShapeSet, Task, Tolerance, tensor_bytes
+
+# The call as profiled: inputs (tensor shapes with the token dims named, "task" for the task's dtype,
+# integer ranges) and constants; then the weights: (name, shape, dtype, mean, std of the model's own).
+_SPEC = $spec
+
+
+def _config_dict():
+    return json.loads((Path(__file__).resolve().parent / "config.json").read_text())
+
+$module_code
+
+def reference(*arguments):
+    return _run(*arguments)
+
+
+def _dtype(kind, dtype):
+    return dtype if kind == "task" else getattr(torch, kind)
+
+
+def make_inputs(shape, dtype, device, generator):
+    out = []
+    for item in _SPEC["inputs"]:
+        if "const" in item:
+            continue
+        dims = [shape[d] if isinstance(d, str) else d for d in item["shape"]]
+        kind = _dtype(item["dtype"], dtype)
+        if "low" in item:  # ids and positions: within the profiled range
+            out.append(torch.randint(item["low"], item["high"] + 1, dims, generator=generator, device=device,
+                                     dtype=kind))
+        elif kind == torch.bool:
+            out.append(torch.rand(dims, generator=generator, device=device) < 0.5)
+        else:
+            out.append(torch.randn(dims, generator=generator, device=device).to(kind))
+    for _name, dims, kind, mean, std in _SPEC["weights"]:
+        w = torch.randn(dims, generator=generator, device=device) * std + mean
+        out.append(w.to(_dtype(kind, dtype)))
+    return tuple(out)
+
+
+# Per shape ($dims_text): output bytes and FLOPs (FlopCounterMode on the reference), measured when the file
+# was written; other shapes scale them per token.
+_COSTS = $costs
+_PARAM_FLOOR = $param_floor  # bytes of weights every call reads (of a stack of experts: one expert)
+
+
+def cost(shape, dtype):
+    key = tuple(shape[d] for d in $dims)
+    tokens = math.prod(key)
+    if key in _COSTS:
+        out_bytes, flops = _COSTS[key]
+    else:
+        per = [(b / math.prod(k), f / math.prod(k)) for k, (b, f) in _COSTS.items()] or [(0.0, 0.0)]
+        out_bytes, flops = min(p[0] for p in per) * tokens, min(p[1] for p in per) * tokens
+    moved = out_bytes + _PARAM_FLOOR
+    for item in _SPEC["inputs"]:
+        if "const" not in item:
+            dims = [shape[d] if isinstance(d, str) else d for d in item["shape"]]
+            moved += tensor_bytes(dims, _dtype(item["dtype"], dtype))
+    return Cost(bytes=moved, flops=float(flops))
+
+
+# As profiled, heaviest first; the CPU set scaled down to at most $cpu_tokens tokens a call.
+_GPU_SHAPES = [
+$gpu_shapes
+]
+_CPU_SHAPES = [
+$cpu_shapes
+]
+# ($dims_text) -> weight: the module's share of the model's steps (decode x 1, prefill x 0.5).
+_WEIGHTS = {
+$weights
+}
+
+
+def weight(shape):
+    return _WEIGHTS.get(tuple(shape[d] for d in $dims), min(_WEIGHTS.values()))
+
+
+TASK = Task(
+    name=$name,
+    reference=reference,
+    make_inputs=make_inputs,
+    # Held out: other token counts (odd) with the module's own widths.
+    gpu=ShapeSet(public=_GPU_SHAPES, held_out=ShapeRange($gpu_held, count=2)),
+    cpu=ShapeSet(public=_CPU_SHAPES, held_out=ShapeRange($cpu_held, count=2)),
+    dtypes=(torch.$dtype,),
+    cost=cost,
+    weight=weight,
+    tolerances={torch.$dtype: Tolerance(atol=$atol, rtol=$rtol)},
+    reference_dtype=torch.$reference_dtype,
+    description=(
+$description
+    ),
+)
+'''
+
+_SEED = '''"""The reference as a candidate: the model's own $klass called with the kernel's weights (the
+baseline to beat). The config is inline so this file stands alone wherever it is copied."""
+
+import importlib
+import importlib.util
+import json
+
+import torch
+from torch.func import functional_call
+
+_SPEC = $spec
+_CONFIG = $config
+
+
+def _config_dict():
+    return json.loads(_CONFIG)
+
+$module_code
+
+def kernel(*arguments):
+    return _run(*arguments)
+'''
+
+
+def _substitute(template: str, **values) -> str:
+    from string import Template
+
+    return Template(template).substitute(**values)
+
+
+def _signature(spec: dict) -> str:
+    names = [(i["key"] or f"x{n}") for n, i in enumerate(spec["inputs"]) if "const" not in i]
+    return ", ".join(names + [w[0].replace(".", "_") for w in spec["weights"]])
+
+
+def _task_source(profile, entry, name, dtype, public, cpu, weights, spec, reference_dtype, costs) -> str:
+    names = spec["names"]
+    klass = entry.name.rsplit(".", 1)[-1].split("#")[0]
+    setting = "; ".join(f"{p.name}: {', '.join(f'{k} {v}' for k, v in p.setting.items())}" for p in profile.phases)
+    shares = ", ".join(f"{ph} {100 * s:.1f}%" for ph, s in entry.shares.items())
+    atol, rtol = _TOLERANCES.get(dtype, (1e-3, 1e-3))
+    gpu_held = {d: (1, max(max(s[d] for s in public), 2)) for d in names}
+    cpu_held = {d: (1, max(max(s[d] for s in cpu), 2)) for d in names}
+    description = (f"{klass} of {profile.workload} ({', '.join(entry.paths[:3])}"
+                   f"{', ...' if len(entry.paths) > 3 else ''}) as the model runs it, {dtype}: the module's own "
+                   f"forward on its profiled inputs with the weights as arguments. Any token count must work.")
+    chunks = __import__("textwrap").wrap(description, 96, drop_whitespace=False)
+    return _substitute(
+        _TASK,
+        title=_wrap(f"{profile.workload} ({profile.size}): the model's own {klass} ({len(entry.paths)} "
+                    f"instance{'s' if len(entry.paths) != 1 else ''}), {dtype}."),
+        about=_wrap(f"Extracted by `ratchet profile {profile.workload} --size {profile.size} --device "
+                    f"{profile.device} --extract` ({setting}): it took {shares} of the steps, running ops no "
+                    "built-in task or op extractor covers. The public shapes are the calls profiled; the CPU set "
+                    "is scaled down from them."),
+        body=_wrap(f"The reference is the model's own module, {entry.name.split('#')[0]}, imported from where "
+                   "the model has it, built from config.json beside this file (when the model has a config), its "
+                   "forward called with the kernel's weight arguments in place (torch.func.functional_call): "
+                   f"kernel({_signature(spec)}) returns the module's tensor outputs. Nothing is forbidden: a "
+                   "candidate that runs the module itself only ties."),
+        spec=_pretty(spec), module_code=_MODULE_CODE,
+        dims_text=", ".join(names), dims=repr(tuple(names)), costs=repr(costs), param_floor=spec["param_floor"],
+        cpu_tokens=CPU_TOKENS, gpu_shapes="\n".join(f"    {s!r}," for s in public),
+        cpu_shapes="\n".join(f"    {s!r}," for s in cpu),
+        weights="\n".join(f"    {k!r}: {v!r}," for k, v in weights.items()), name=repr(name),
+        gpu_held=_held(gpu_held), cpu_held=_held(cpu_held), dtype=dtype, atol=atol, rtol=rtol,
+        reference_dtype=reference_dtype, description="\n".join(f"        {c!r}" for c in chunks))
+
+
+def _seed_source(spec: dict, config_json: str | None, klass: str) -> str:
+    return _substitute(_SEED, klass=klass.rsplit(".", 1)[-1].split("#")[0], spec=_pretty(spec),
+                       config=repr(json.dumps(json.loads(config_json)) if config_json else "{}"),
+                       module_code=_MODULE_CODE)
+
+
+def _held(dims: dict) -> str:
+    return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in dims.items()) + "}"
+
+
+def _pretty(spec: dict) -> str:
+    """The spec as a Python literal, one input or weight a line."""
+    lines = ["{"]
+    for key, value in spec.items():
+        if isinstance(value, list) and value and key in ("inputs", "weights"):
+            lines.append(f"    {key!r}: [")
+            lines += [f"        {v!r}," for v in value]
+            lines.append("    ],")
+        else:
+            lines.append(f"    {key!r}: {value!r},")
+    lines.append("}")
+    return "\n".join(lines)
