@@ -165,8 +165,9 @@ def print_profile(prof, console=None) -> None:
             where = ", ".join(m.paths[:2]) + (f", +{len(m.paths) - 2} more" if len(m.paths) > 2 else "")
             console.print(Text(f"- {m.name} ({where}): {_pct(m.score)}  {_by_phase(m)}"))
             for phase, labels in m.inputs.items():
-                console.print(Text(f"     {phase}: ({'; '.join(labels)}), uncovered ops "
-                                   f"{_pct(m.uncovered_shares[phase])} of the step"))
+                ops = ", ".join(o.removeprefix("aten::") for o in m.uncovered_ops[phase])
+                console.print(Text(f"     {phase}: ({'; '.join(labels)}); uncovered: {ops} "
+                                   f"({100 * m.uncovered_shares[phase]:.2f}% of the step)"))
     for note in prof.notes:
         console.print(f"note: {note}")
 

@@ -15,7 +15,12 @@ up by at most ``1 / (1 - share)``; made 2x faster, by ``1 / (1 - share / 2)``. T
 are the built-in tasks ranked by share (decode weighs 1, prefill 0.5, as ``ratchet.task.decode_weight``
 weighs shapes), each with the shapes the workload really runs and whether the task judges them.
 
-Task files for the ops with no built-in task are written by ``ratchet.e2e.extract``.
+Per phase, also the model's own modules (``ratchet.e2e.module_times``): each one's time, the ops in it
+that no task or extractor covers, and Amdahl's bound; ``Profile.modules_no_task`` lists those worth a
+task of their own.
+
+Task files for the ops with no built-in task are written by ``ratchet.e2e.extract``; for the modules,
+by ``ratchet.e2e.extract_module``.
 
 Times: on CUDA, device (kernel) time, so the shares are those of the GPU's work, over the CUDA-graph
 step where it was timed. On the CPU, wall time under the profiler, which costs ~0.3-1 us per event it
@@ -161,6 +166,7 @@ class RankedModule:
     score: float  # weighted share, as Ranked's
     shares: dict  # phase -> share of the step
     uncovered_shares: dict  # phase -> share in ops no task or extractor covers
+    uncovered_ops: dict  # phase -> those ops, by name
     speedup_if_free: dict
     speedup_if_2x: dict
     inputs: dict  # phase -> the recorded calls, as labels
@@ -601,6 +607,7 @@ def rank_modules(phases: Sequence[Phase], ranges: ModuleRanges) -> tuple[RankedM
             score=sum(weights[ph] * m.share for ph, m in present.items()) / total_weight,
             shares={ph: m.share for ph, m in present.items()},
             uncovered_shares={ph: m.uncovered_share for ph, m in present.items()},
+            uncovered_ops={ph: list(m.uncovered_ops) for ph, m in present.items()},
             speedup_if_free={ph: m.speedup_if_free for ph, m in present.items()},
             speedup_if_2x={ph: m.speedup_if_2x for ph, m in present.items()},
             inputs={ph: list(m.inputs) for ph, m in present.items()}))
