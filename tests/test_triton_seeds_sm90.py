@@ -1,6 +1,9 @@
-"""Every built-in Triton seed compiles for Hopper (sm_90) at every GPU public shape of its task and every
-config of its SPACE, within an H200's shared memory: checked on the CPU (``tests/hopper_compile.py``: Triton's
-own compiler and the ptxas its wheel carries, each launch specialized on real arguments).
+"""Every built-in Triton seed compiles for Hopper (sm_90) within an H200's shared memory, with its own defaults
+at every GPU public shape of its task and with every config of its SPACE at the heaviest one: checked on the
+CPU (``tests/hopper_compile.py``: Triton's own compiler and the ptxas its wheel carries, each launch
+specialized on real arguments). ``RATCHET_HOPPER_FULL=1`` compiles every config at every shape (the
+cross product took 14 minutes of the suite's 68 on two busy cores on 2026-12-02, 6.5 of them top-p's
+split-row seed: 42 configs at 8 shapes).
 
 On the H200 (2026-11-30) the split-K attention seed, tuned on Llama's heads, asked for 1 MB of shared memory
 at DeepSeek's MLA heads and failed the deepseek gate; the interpreter, which the CPU tests run, has no shared
@@ -62,6 +65,8 @@ pytestmark = pytest.mark.skipif(not _ptxas_available(), reason="no Triton with p
 
 def compile_for_hopper(task: str, path: Path, *extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if os.environ.get("RATCHET_HOPPER_FULL") == "1":
+        extra = (*extra, "--full")
     proc = subprocess.run([sys.executable, str(ROOT / "tests" / "hopper_compile.py"), task, str(path), *extra],
                           capture_output=True, text=True, timeout=580, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
