@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -139,6 +140,17 @@ def test_no_history_shows_the_seeds(rmsnorm):
     assert "### Seed `triton_rowwise.py`" not in brief and "triton_rowwise.py" in parts["Best candidate"]
     assert "| T=64 H=1000 |" in parts["Goal"] and "| T=4096 H=8192 |" not in brief  # the CPU shape set
     assert "Nothing tried yet" in parts["History"]
+
+
+def test_the_seeds_helper_module_is_shown_once_beside_the_seeds_that_import_it():
+    rope = load_task("rope")
+    (helper,) = Path(rope.seeds_dir).glob("_*.py")
+    best = sections(build_brief(rope, None, device="cuda"))["Best candidate"]
+    assert "### Seed `triton_rope.py`" in best and "### Seed `triton_heads_split.py`" in best
+    assert best.count(f"### `{helper.name}`, which the seeds above import") == 1
+    assert "def rotate_heads(" in best and f"### Seed `{helper.name}`" not in best  # a helper, never a seed
+    cpu = sections(build_brief(rope, None, device="cpu"))["Best candidate"]
+    assert helper.name not in cpu  # the CPU seed imports nothing of it
 
 
 def test_run_choice_most_recent_or_named(tmp_path, rmsnorm):
