@@ -14,6 +14,7 @@ from ratchet.cli import main
 from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES, Reason
 from ratchet.run.ledger import Ledger
 from ratchet.task import load_task
+from one_line_refusal import run_cli
 from test_ledger import make_verdict, new_run
 
 ORDER = ["## Goal", "## Hardware", "## Task", "## Best candidate", "## History", "## Pending ideas", "## Rules"]
@@ -226,12 +227,6 @@ def test_size_bound_holds_on_a_long_history(long_run, rmsnorm, bound):
     assert "500 attempts" in history and "Why attempts failed" in history
     if bound == DEFAULT_MAX_CHARS:  # room for detail: the newest dead end is listed, old ones summarized
         assert "cand_99.py" in history and "older dead ends left out" in history
-
-
-def run_cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_cli_prints_and_writes_the_brief(tmp_path, capsys, rmsnorm):
