@@ -24,6 +24,13 @@ from pathlib import Path
 from ratchet.task import Task
 
 
+def refused(probe: str, why) -> int:
+    """A probe's answer to arguments it cannot use or a machine it cannot run on: one line on stderr, and
+    exit status 2 for its ``main`` to return."""
+    print(f"{probe}: {why}", file=sys.stderr)
+    return 2
+
+
 def subset_task(task: Task, device: str, shapes: int | None = None, first_dtype: bool = False,
                 where: dict[str, int] | None = None) -> Task:
     changes = {}

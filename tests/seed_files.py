@@ -1,6 +1,8 @@
-"""Helpers for the task tests: import a built-in task's seed file, and skip Triton where it cannot run."""
+"""Helpers for the tests that import files: a built-in task's seed file, any Python file as a fresh module,
+and a skip for Triton where it cannot run."""
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +13,11 @@ from ratchet.task import BUILTIN_TASKS_DIR, _import_file
 def import_seed(task: str, name: str):
     """The seed module ``name`` of built-in task ``task``, freshly imported."""
     return _import_file(BUILTIN_TASKS_DIR / task / "seeds" / f"{name}.py", f"{task}_seed_{name}_")
+
+
+def import_file(path):
+    """The Python file at ``path`` (a start file, a standalone best, ...), freshly imported."""
+    return _import_file(Path(path), "test_file_")
 
 
 def require_triton():

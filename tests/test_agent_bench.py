@@ -17,6 +17,7 @@ import torch
 from ratchet.cli import main
 from ratchet.run.ledger import Ledger
 from ratchet.task import load_task
+from seed_files import import_file
 
 BENCH = Path(__file__).parent.parent / "benchmarks" / "agent_bench"
 OPS = sorted(p.parent.name for p in BENCH.glob("*/task.py"))
@@ -43,13 +44,18 @@ def test_there_are_six_ops_each_with_a_task_and_a_start():
         assert imports and all(line.startswith("from ratchet.task import") for line in imports), imports
 
 
-@pytest.mark.parametrize("op", OPS)
-def test_start_passes_on_the_cpu_shapes(op, capsys):
-    code = main(["eval", str(BENCH / op / "task.py"), str(BENCH / op / "start.py"), "--device", "cpu",
+def _judged_start(op, device, capsys):
+    """The op's task and the verdict of its start file on ``device`` (no timing), which must pass."""
+    code = main(["eval", str(BENCH / op / "task.py"), str(BENCH / op / "start.py"), "--device", device,
                  "--no-timing", "--json"])
     verdict = json.loads(capsys.readouterr().out)
     assert (code, verdict["verdict"], verdict["reasons"]) == (0, "pass", [])
-    task = load_task(str(BENCH / op / "task.py"))
+    return load_task(str(BENCH / op / "task.py")), verdict
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_start_passes_on_the_cpu_shapes(op, capsys):
+    task, verdict = _judged_start(op, "cpu", capsys)
     public = len(task.cpu.public) * len(task.dtypes)
     assert sum(not row["held_out"] for row in verdict["shapes"]) == public
     assert sum(row["held_out"] for row in verdict["shapes"]) == task.cpu.held_out.count * len(task.dtypes)
@@ -83,7 +89,7 @@ def test_fp8_rule_allows_one_rounding_and_refuses_wrong_scales_and_truncation():
     shape = {"T": 9, "H": 1000}
     task, inputs = _inputs("add_rmsnorm_fp8", shape, torch.bfloat16)
     refs = _refs(task, inputs)
-    start = _load(BENCH / "add_rmsnorm_fp8" / "start.py")
+    start = import_file(BENCH / "add_rmsnorm_fp8" / "start.py")
     q, scale, residual = start.kernel(*inputs)
     assert q.dtype == torch.float8_e4m3fn and scale.shape == (9, 1)
     assert task.check(inputs, (q, scale, residual), refs, torch.bfloat16) == []
@@ -113,7 +119,7 @@ def _truncate_e4m3(v):
 def test_spec_accept_rule_sees_a_bf16_log_softmax():
     task, inputs = _inputs("spec_accept", {"B": 4, "S": 3, "V": 4099}, torch.float32)
     refs = _refs(task, inputs)
-    start = _load(BENCH / "spec_accept" / "start.py")
+    start = import_file(BENCH / "spec_accept" / "start.py")
     from ratchet.judge.check import compare_close
 
     tol = task.tolerances[torch.float32]
@@ -147,13 +153,6 @@ def test_moe_cost_counts_the_experts_decode_reaches():
     expert_bytes = 3 * 768 * 2048 * 2
     assert math.isclose(one.bytes, 8 * expert_bytes + 2 * 2048 * 2 + 96)
     assert 0.89 * 128 * expert_bytes < many.bytes < 128 * expert_bytes + 4e6
-
-
-def _load(path):
-    spec = importlib.util.spec_from_file_location(f"m_{abs(hash(str(path)))}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # -- setup and table -----------------------------------------------------------------------------------
@@ -238,11 +237,7 @@ def test_setup_with_the_llm_proposer_needs_a_model_in_one_line(tmp_path, capsys)
 @pytest.mark.parametrize("op", OPS)
 def test_start_passes_on_the_gpu_shapes(op, capsys):
     """On a GPU: the GPU shape set (real vocabularies, 128 experts, paged caches) and its held-out ranges."""
-    code = main(["eval", str(BENCH / op / "task.py"), str(BENCH / op / "start.py"), "--device", "cuda",
-                 "--no-timing", "--json"])
-    verdict = json.loads(capsys.readouterr().out)
-    assert (code, verdict["verdict"], verdict["reasons"]) == (0, "pass", [])
-    task = load_task(str(BENCH / op / "task.py"))
+    task, verdict = _judged_start(op, "cuda", capsys)
     assert sum(not row["held_out"] for row in verdict["shapes"]) == len(task.gpu.public) * len(task.dtypes)
 
 

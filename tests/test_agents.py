@@ -11,24 +11,13 @@ import anyio
 import pytest
 
 from ratchet.agents.api import CODES_NOT_FOR_AGENTS
-from ratchet.cli import main
 from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES
 from ratchet.run.ledger import Ledger
+from one_line_refusal import one_line_error, run_cli
 
 SRC = Path(__file__).parent.parent / "src" / "ratchet"
 SEED = str(SRC / "tasks" / "rmsnorm" / "seeds" / "cpu_torch.py")
 WRONG = str(Path(__file__).parent / "redteam" / "cheats" / "p15_ignore_weight.py")  # rmsnorm, wrong_output
-
-
-def run_cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(code, err):
-    assert code == 2 and err.count("\n") == 1 and err.startswith("ratchet: error:"), err
-    return err
 
 
 def slow_seed(tmp_path) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from ratchet.cli import main
 from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES, Reason
 from ratchet.run.ledger import Ledger
 from ratchet.task import load_task
+from one_line_refusal import run_cli
 from test_ledger import make_verdict, new_run
 
 ORDER = ["## Goal", "## Hardware", "## Task", "## Best candidate", "## History", "## Pending ideas", "## Rules"]
@@ -141,6 +143,17 @@ def test_no_history_shows_the_seeds(rmsnorm):
     assert "Nothing tried yet" in parts["History"]
 
 
+def test_the_seeds_helper_module_is_shown_once_beside_the_seeds_that_import_it():
+    rope = load_task("rope")
+    (helper,) = Path(rope.seeds_dir).glob("_*.py")
+    best = sections(build_brief(rope, None, device="cuda"))["Best candidate"]
+    assert "### Seed `triton_rope.py`" in best and "### Seed `triton_heads_split.py`" in best
+    assert best.count(f"### `{helper.name}`, which the seeds above import") == 1
+    assert "def rotate_heads(" in best and f"### Seed `{helper.name}`" not in best  # a helper, never a seed
+    cpu = sections(build_brief(rope, None, device="cpu"))["Best candidate"]
+    assert helper.name not in cpu  # the CPU seed imports nothing of it
+
+
 def test_run_choice_most_recent_or_named(tmp_path, rmsnorm):
     with Ledger(tmp_path / "l.sqlite") as led:
         old = new_run(led)
@@ -214,12 +227,6 @@ def test_size_bound_holds_on_a_long_history(long_run, rmsnorm, bound):
     assert "500 attempts" in history and "Why attempts failed" in history
     if bound == DEFAULT_MAX_CHARS:  # room for detail: the newest dead end is listed, old ones summarized
         assert "cand_99.py" in history and "older dead ends left out" in history
-
-
-def run_cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_cli_prints_and_writes_the_brief(tmp_path, capsys, rmsnorm):

@@ -2,15 +2,9 @@
 
 import json
 
-from ratchet.cli import main
 from ratchet.run.ledger import Ledger
+from one_line_refusal import run_cli
 from test_ledger import SOURCE, make_verdict, new_run
-
-
-def run_cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_add_list_drop_and_show(tmp_path, capsys):

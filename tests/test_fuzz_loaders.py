@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import string
+from collections import Counter
 import tempfile
 from pathlib import Path
 
@@ -24,7 +25,7 @@ FUZZ = settings(max_examples=int(os.environ.get("RATCHET_FUZZ_EXAMPLES", "250"))
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                        HealthCheck.data_too_large])
 EXAMPLE_LIMIT_S = 20  # per example: a loader that takes longer has hung
-COUNTS: dict[str, int] = {}
+COUNTS: Counter[str] = Counter()  # outcome -> examples, checked at the end
 
 
 def time_limit(seconds: int = EXAMPLE_LIMIT_S):
@@ -34,6 +35,12 @@ def time_limit(seconds: int = EXAMPLE_LIMIT_S):
 def one_line(exc: Exception) -> None:
     text = str(exc)
     assert text and "\n" not in text and "Traceback" not in text and len(text) < 2000, repr(text)
+
+
+def refused(exc: Exception, outcome: str) -> None:
+    """A loader refused an example: in one line, counted under ``outcome``."""
+    one_line(exc)
+    COUNTS[outcome] += 1
 
 
 # -- source generators -------------------------------------------------------------------------------------
@@ -123,8 +130,7 @@ def test_fuzz_candidate_loader(tmp_path, data):
         try:
             candidate = load_candidate(path)
         except CandidateError as exc:
-            one_line(exc)
-            COUNTS["candidate refused"] = COUNTS.get("candidate refused", 0) + 1
+            refused(exc, "candidate refused")
             return
         # What loads is usable by the tuner: its configs list, validate and resolve without other errors.
         assert isinstance(candidate, Candidate) and candidate.kind in ("ratchet", "kernelbench")
@@ -134,7 +140,7 @@ def test_fuzz_candidate_loader(tmp_path, data):
                 assert candidate.resolve_config(config) == config
         except CandidateError as exc:  # a constraint that cannot be evaluated at some config
             one_line(exc)
-    COUNTS["candidate loaded"] = COUNTS.get("candidate loaded", 0) + 1
+    COUNTS["candidate loaded"] += 1
 
 
 def test_candidate_loader_refuses_what_the_fuzzer_found(tmp_path):
@@ -190,18 +196,16 @@ def test_fuzz_config_parser_and_validation(text):
         try:
             config = parse_config(text)
         except CandidateError as exc:
-            one_line(exc)
-            COUNTS["config refused"] = COUNTS.get("config refused", 0) + 1
+            refused(exc, "config refused")
             return
         assert isinstance(config, dict)
         try:
             resolved = SPACED.resolve_config(config)
         except CandidateError as exc:
-            one_line(exc)
-            COUNTS["config refused"] = COUNTS.get("config refused", 0) + 1
+            refused(exc, "config refused")
             return
         assert set(resolved) == {"BLOCK", "ORDER"} and all(resolved[k] in SPACED.space[k] for k in resolved)
-        COUNTS["config accepted"] = COUNTS.get("config accepted", 0) + 1
+        COUNTS["config accepted"] += 1
 
 
 # -- the task loader and KernelBench problems -------------------------------------------------------------------
@@ -246,11 +250,10 @@ def test_fuzz_task_and_kernelbench_loader(tmp_path, data):
         try:
             task = load_task(spec)
         except TaskError as exc:
-            one_line(exc)
-            COUNTS["task refused"] = COUNTS.get("task refused", 0) + 1
+            refused(exc, "task refused")
             return
     assert isinstance(task, Task)
-    COUNTS["task loaded"] = COUNTS.get("task loaded", 0) + 1
+    COUNTS["task loaded"] += 1
 
 
 def test_task_loader_one_line_for_exit_and_multiline_errors(tmp_path):

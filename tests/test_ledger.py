@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import random
 import signal
@@ -18,6 +17,7 @@ import pytest
 from ratchet.run import ledger as ledger_mod
 from ratchet.judge.verdict import Reason, ShapeResult, Verdict
 from ratchet.run.ledger import Ledger, LedgerError, default_ledger_path, source_sha256, write_standalone
+from seed_files import import_file
 
 SOURCE = "def kernel(x, BLOCK=128):\n    return x\n"
 
@@ -354,13 +354,6 @@ TUNABLE = textwrap.dedent(
         return {"x": x, "BLOCK": BLOCK, "WARPS": WARPS}
     """
 )
-
-
-def import_file(path):
-    spec = importlib.util.spec_from_file_location(f"standalone_{abs(hash(str(path)))}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_write_standalone(led, tmp_path):

@@ -5,22 +5,11 @@ measured on that GPU, the timing protocol and the cheap checks; the run is judge
 import pytest
 import torch
 
-from ratchet.cli import main
 from ratchet.run.ledger import Ledger
+from one_line_refusal import one_line_error, run_cli
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="about a machine without a GPU")
 SEED = "src/ratchet/tasks/rmsnorm/seeds/cpu_torch.py"
-
-
-def run_cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(code, err):
-    assert code == 2 and err.count("\n") == 1 and err.startswith("ratchet: error:"), err
-    return err
 
 
 def test_program_for_an_h200_run_on_a_cpu_machine(tmp_path, capsys, monkeypatch):
@@ -51,11 +40,11 @@ def test_program_for_an_h200_run_on_a_cpu_machine(tmp_path, capsys, monkeypatch)
     # The run is judged on the GPU: here, its eval refuses in one line; a cuda run needs a name without a GPU.
     code, _, err = run_cli(capsys, "eval", "rmsnorm", SEED.replace("src", str(_root() / "src"), 1), "--run",
                            run["id"], "--ledger", ledger)
-    assert "no CUDA device is present" in one_line(code, err)
+    assert "no CUDA device is present" in one_line_error(code, err)
     code, _, err = run_cli(capsys, "program", "rmsnorm", "--device", "cuda", "--ledger", ledger, "-o", "p2.md")
-    assert "give --device-name NAME" in one_line(code, err)
+    assert "give --device-name NAME" in one_line_error(code, err)
     code, _, err = run_cli(capsys, "program", "rmsnorm", "--device-name", "H200", "--ledger", ledger, "-o", "p3.md")
-    assert "goes with --device cuda" in one_line(code, err)
+    assert "goes with --device cuda" in one_line_error(code, err)
     with Ledger(ledger) as led:
         assert len(led.list_runs()) == 1
 
@@ -91,7 +80,7 @@ def test_brief_for_the_h200_shows_the_reference_times_its_runs_measured(tmp_path
     assert "the reference's median as the judge measured it on NVIDIA H200 (ledger" in brief
     assert "99.0" not in brief
     code, _, err = run_cli(capsys, "context", "rmsnorm", "--device", "cpu", "--device-name", "H200")
-    assert "goes with --device cuda" in one_line(code, err)
+    assert "goes with --device cuda" in one_line_error(code, err)
 
 
 def test_mcp_start_run_for_the_h200_without_a_gpu(tmp_path):

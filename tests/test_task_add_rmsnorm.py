@@ -2,38 +2,20 @@
 
 import os
 import random
-from pathlib import Path
 
-import pytest
 import torch
 
-from ratchet.candidate import load_candidate
 from ratchet.task import load_task
-from seed_files import import_seed, require_triton
+from seed_checks import SeedChecks, cpu_inputs, triton_seed_fixture
+from seed_files import import_seed
 
 TASK = load_task("add_rmsnorm")
-SEEDS = Path(TASK.seeds_dir)
 SHAPES = [{"T": 1, "H": 1000}, {"T": 7, "H": 333}, {"T": 7, "H": 1000}, {"T": 64, "H": 256}]
-TRITON_SEEDS = ["triton_fused", "triton_persistent"]
 
 
-def _import(name):
-    return import_seed("add_rmsnorm", name)
-
-
-def _inputs(shape, dtype, seed=0):
-    return TASK.make_inputs(shape, dtype, "cpu", torch.Generator().manual_seed(seed))
-
-
-def _assert_matches(outputs, inputs, dtype):
-    x, residual, weight, eps = inputs
-    refs = TASK.reference(x.double(), residual.double(), weight.double(), eps)
-    assert isinstance(outputs, tuple) and len(outputs) == 2
-    tol = TASK.tolerances[dtype]
-    for out, ref in zip(outputs, refs):
-        assert out.dtype == dtype and out.shape == x.shape
-        torch.testing.assert_close(out.double(), ref, atol=tol.atol, rtol=tol.rtol)
+def _assert_new_residual(outputs, inputs, dtype):
     # new_residual is the sum rounded once to the dtype, bit for bit (as vLLM stores it) ...
+    x, residual, _, _ = inputs
     rounded = (x.float() + residual.float()).to(dtype)
     if dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1" and outputs[1].device.type == "cpu":
         # ... except that Triton's interpreter casts fp32 to bf16 by truncation (measured, triton 3.x;
@@ -45,51 +27,23 @@ def _assert_matches(outputs, inputs, dtype):
     assert outputs[0].data_ptr() != outputs[1].data_ptr()
 
 
-def _untouched(inputs, kernel, **config):
-    before = [t.clone() for t in inputs[:3]]
-    outputs = kernel(*inputs, **config)
-    assert all(torch.equal(a, b) for a, b in zip(inputs[:3], before))  # no in-place writes
-    return outputs
+triton_seed = triton_seed_fixture("add_rmsnorm", ["triton_fused", "triton_persistent"])
 
 
-@pytest.fixture(scope="module", params=TRITON_SEEDS)
-def triton_seed(request):
-    require_triton()
-    return request.param, _import(request.param)
+class TestSeeds(SeedChecks, task="add_rmsnorm", shapes=SHAPES, most_configs=32,
+                # 3003 > every BLOCK_H: the fused seed's chunked two-pass path. T = 9 rows: more than the
+                # persistent seed's interpreter grid at 2 programs per SM, so its loops run.
+                odd_shapes=[{"T": 9, "H": 333}, {"T": 9, "H": 3003}]):
+    """The shared seed checks (seed_checks.py) on add_rmsnorm, and new_residual rounded once."""
 
-
-@pytest.mark.parametrize("dtype", TASK.dtypes)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s['T']}x{s['H']}")
-def test_cpu_seed_matches_reference(shape, dtype):
-    module = _import("cpu_torch")
-    inputs = _inputs(shape, dtype)
-    for chunk in load_candidate(SEEDS / "cpu_torch.py").space["CHUNK"]:
-        # fp32 .to() aliases the rows of new_residual: the seed must not write into them.
-        _assert_matches(_untouched(inputs, module.kernel, CHUNK=chunk), inputs, dtype)
-
-
-@pytest.mark.parametrize("dtype", TASK.dtypes)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s['T']}x{s['H']}")
-def test_triton_seeds_match_reference(triton_seed, shape, dtype):
-    _, module = triton_seed
-    inputs = _inputs(shape, dtype, seed=1)
-    _assert_matches(_untouched(inputs, module.kernel), inputs, dtype)
-
-
-@pytest.mark.parametrize("H", [333, 3003])  # 3003 > every BLOCK_H: the fused seed's chunked two-pass path
-def test_every_triton_config_is_correct_for_odd_h(triton_seed, H):
-    name, module = triton_seed
-    # T = 9 rows: more than the persistent seed's interpreter grid at 2 programs per SM, so loops run.
-    inputs = _inputs({"T": 9, "H": H}, torch.bfloat16, seed=2)
-    configs = load_candidate(SEEDS / f"{name}.py").all_configs()
-    assert 1 < len(configs) <= 32  # a bound on this test's time under the interpreter
-    for config in configs:
-        _assert_matches(module.kernel(*inputs, **config), inputs, torch.bfloat16)
+    def check(self, outputs, inputs, dtype):
+        super().check(outputs, inputs, dtype)
+        _assert_new_residual(outputs, inputs, dtype)
 
 
 def test_wrong_answers_are_rejected_by_the_tolerance():
     # Inputs with spread must make each plausible mistake visibly wrong in at least one output.
-    x, residual, weight, eps = _inputs({"T": 7, "H": 1000}, torch.bfloat16)
+    x, residual, weight, eps = cpu_inputs(TASK, {"T": 7, "H": 1000}, torch.bfloat16)
     xd, rd, wd = x.double(), residual.double(), weight.double()
     ref_out, ref_res = TASK.reference(xd, rd, wd, eps)
     tol = TASK.tolerances[torch.bfloat16]
@@ -104,7 +58,7 @@ def test_wrong_answers_are_rejected_by_the_tolerance():
     assert rejected(global_rms, ref_out)
     assert rejected(xd, ref_res)  # new_residual = x (the add skipped)
     # The sum of squares held in fp16 (not fp32) overflows on the large rows: fp16's row sees it.
-    x16, r16, w16, eps16 = _inputs({"T": 64, "H": 1000}, torch.float16, seed=3)
+    x16, r16, w16, eps16 = cpu_inputs(TASK, {"T": 64, "H": 1000}, torch.float16, seed=3)
     s16 = x16 + r16
     low = s16 * torch.rsqrt(s16.pow(2).sum(-1, keepdim=True) / 1000 + eps16) * w16
     ref16 = TASK.reference(x16.double(), r16.double(), w16.double(), eps16)[0]
@@ -114,8 +68,8 @@ def test_wrong_answers_are_rejected_by_the_tolerance():
 
 def test_make_inputs_deterministic_and_spread():
     shape = {"T": 16, "H": 257}
-    a, b = _inputs(shape, torch.float32, seed=5), _inputs(shape, torch.float32, seed=5)
-    c = _inputs(shape, torch.float32, seed=6)
+    a, b = cpu_inputs(TASK, shape, torch.float32, seed=5), cpu_inputs(TASK, shape, torch.float32, seed=5)
+    c = cpu_inputs(TASK, shape, torch.float32, seed=6)
     assert all(torch.equal(p, q) for p, q in zip(a[:3], b[:3])) and a[3] == b[3]
     assert all(not torch.equal(p, q) for p, q in zip(a[:3], c[:3]))
     x, residual, weight, eps = a
@@ -150,10 +104,10 @@ def test_shapes_cost_and_weights():
 
 
 def test_forbidden_names_match_the_profiler():
-    x, residual, weight, eps = _inputs({"T": 4, "H": 64}, torch.float32)
+    x, residual, weight, eps = cpu_inputs(TASK, {"T": 4, "H": 64}, torch.float32)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         torch.nn.functional.rms_norm(x + residual, (64,), weight, eps)
     assert set(TASK.forbidden) & {e.name for e in prof.events()}
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        _import("cpu_torch").kernel(x, residual, weight, eps)
+        import_seed("add_rmsnorm", "cpu_torch").kernel(x, residual, weight, eps)
     assert not set(TASK.forbidden) & {e.name for e in prof.events()}  # the honest seed is not flagged

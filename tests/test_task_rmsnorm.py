@@ -1,72 +1,29 @@
 """The rmsnorm task and its seeds: values against the float64 reference, per dtype, odd shapes included."""
 
 import random
-from pathlib import Path
 
-import pytest
 import torch
 
-from ratchet.candidate import load_candidate
 from ratchet.task import load_task
-from seed_files import import_seed, require_triton
+from seed_checks import SeedChecks, cpu_inputs, triton_seed_fixture
+from seed_files import import_seed
 
 TASK = load_task("rmsnorm")
-SEEDS = Path(TASK.seeds_dir)
 SHAPES = [{"T": 1, "H": 1000}, {"T": 7, "H": 333}, {"T": 7, "H": 1000}, {"T": 64, "H": 256}]
 
 
-def _import(name):
-    return import_seed("rmsnorm", name)
+triton_seed = triton_seed_fixture("rmsnorm", ["triton_rowwise"])
 
 
-def _inputs(shape, dtype, seed=0):
-    return TASK.make_inputs(shape, dtype, "cpu", torch.Generator().manual_seed(seed))
-
-
-def _assert_matches(out, inputs, dtype):
-    x, weight, eps = inputs
-    ref = TASK.reference(x.double(), weight.double(), eps)
-    assert out.dtype == dtype and out.shape == x.shape
-    tol = TASK.tolerances[dtype]
-    torch.testing.assert_close(out.double(), ref, atol=tol.atol, rtol=tol.rtol)
-
-
-@pytest.fixture(scope="module")
-def triton_seed():
-    require_triton()
-    return _import("triton_rowwise")
-
-
-@pytest.mark.parametrize("dtype", TASK.dtypes)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s['T']}x{s['H']}")
-def test_cpu_seed_matches_reference(shape, dtype):
-    module = _import("cpu_torch")
-    inputs = _inputs(shape, dtype)
-    x_before = inputs[0].clone()
-    for chunk in load_candidate(SEEDS / "cpu_torch.py").space["CHUNK"]:
-        _assert_matches(module.kernel(*inputs, CHUNK=chunk), inputs, dtype)
-    assert torch.equal(inputs[0], x_before)  # fp32 .to() aliases x: the seed must not write into it
-
-
-@pytest.mark.parametrize("dtype", TASK.dtypes)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s['T']}x{s['H']}")
-def test_triton_seed_matches_reference(triton_seed, shape, dtype):
-    inputs = _inputs(shape, dtype, seed=1)
-    _assert_matches(triton_seed.kernel(*inputs), inputs, dtype)
-
-
-@pytest.mark.parametrize("H", [333, 3003])  # 3003 > every BLOCK_H: exercises the chunked two-pass path
-def test_every_triton_config_is_correct_for_odd_h(triton_seed, H):
-    inputs = _inputs({"T": 3, "H": H}, torch.bfloat16, seed=2)
-    configs = load_candidate(SEEDS / "triton_rowwise.py").all_configs()
-    assert len(configs) > 1
-    for config in configs:
-        _assert_matches(triton_seed.kernel(*inputs, **config), inputs, torch.bfloat16)
+class TestSeeds(SeedChecks, task="rmsnorm", shapes=SHAPES, most_configs=32,
+                # 3003 > every BLOCK_H: the chunked two-pass path
+                odd_shapes=[{"T": 3, "H": 333}, {"T": 3, "H": 3003}]):
+    """The shared seed checks (seed_checks.py) on rmsnorm."""
 
 
 def test_wrong_answers_are_rejected_by_the_tolerance():
     # Inputs with spread must make a dropped weight, or one statistic for all rows, visibly wrong.
-    x, weight, eps = _inputs({"T": 7, "H": 1000}, torch.bfloat16)
+    x, weight, eps = cpu_inputs(TASK, {"T": 7, "H": 1000}, torch.bfloat16)
     x, weight = x.double(), weight.double()
     ref = TASK.reference(x, weight, eps)
     tol = TASK.tolerances[torch.bfloat16]
@@ -78,8 +35,8 @@ def test_wrong_answers_are_rejected_by_the_tolerance():
 
 def test_make_inputs_deterministic_and_spread():
     shape = {"T": 16, "H": 257}
-    a, b = _inputs(shape, torch.float32, seed=5), _inputs(shape, torch.float32, seed=5)
-    c = _inputs(shape, torch.float32, seed=6)
+    a, b = cpu_inputs(TASK, shape, torch.float32, seed=5), cpu_inputs(TASK, shape, torch.float32, seed=5)
+    c = cpu_inputs(TASK, shape, torch.float32, seed=6)
     assert all(torch.equal(p, q) for p, q in zip(a[:2], b[:2])) and a[2] == b[2]
     assert not torch.equal(a[0], c[0]) and not torch.equal(a[1], c[1])
     x, weight, eps = a
@@ -107,11 +64,11 @@ def test_shapes_cost_and_weights():
 
 
 def test_forbidden_names_match_the_profiler():
-    x, weight, eps = _inputs({"T": 4, "H": 64}, torch.float32)
+    x, weight, eps = cpu_inputs(TASK, {"T": 4, "H": 64}, torch.float32)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         torch.nn.functional.rms_norm(x, (64,), weight, eps)
     names = {e.name for e in prof.events()}
     assert set(TASK.forbidden) & names
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        _import("cpu_torch").kernel(x, weight, eps)
+        import_seed("rmsnorm", "cpu_torch").kernel(x, weight, eps)
     assert not set(TASK.forbidden) & {e.name for e in prof.events()}  # the honest seed is not flagged

@@ -1,17 +1,14 @@
 """The rope task and its seeds: values against the float64 reference, per dtype, odd shapes included."""
 
 import random
-from pathlib import Path
 
-import pytest
 import torch
 
-from ratchet.candidate import load_candidate
 from ratchet.task import load_task
-from seed_files import import_seed, require_triton
+from seed_checks import SeedChecks, assert_matches_reference, cpu_inputs, triton_seed_fixture
+from seed_files import import_seed
 
 TASK = load_task("rope")
-SEEDS = Path(TASK.seeds_dir)
 SHAPES = [
     {"T": 1, "Hq": 32, "Hkv": 8, "D": 128},  # Llama-3-8B decode
     {"T": 7, "Hq": 16, "Hkv": 1, "D": 64},  # DeepSeek-V3-like: one shared k head
@@ -20,72 +17,27 @@ SHAPES = [
 TRITON_SEEDS = ("triton_rope", "triton_heads_split")
 
 
-def _shape_id(s):
-    return f"{s['T']}x{s['Hq']}x{s['Hkv']}x{s['D']}"
+triton_seed = triton_seed_fixture("rope", TRITON_SEEDS)
 
 
-def _import(name):
-    return import_seed("rope", name)
-
-
-def _inputs(shape, dtype, seed=0):
-    return TASK.make_inputs(shape, dtype, "cpu", torch.Generator().manual_seed(seed))
-
-
-def _assert_matches(outs, inputs, dtype):
-    refs = TASK.reference(*(t.double() for t in inputs))
-    assert isinstance(outs, tuple) and len(outs) == 2
-    tol = TASK.tolerances[dtype]
-    for out, ref, x in zip(outs, refs, inputs[:2]):
-        assert out.dtype == dtype and out.shape == x.shape
-        torch.testing.assert_close(out.double(), ref, atol=tol.atol, rtol=tol.rtol)
-
-
-@pytest.fixture(scope="module", params=TRITON_SEEDS)
-def triton_seed(request):
-    require_triton()
-    return request.param, _import(request.param)
-
-
-@pytest.mark.parametrize("dtype", TASK.dtypes)
-@pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
-def test_cpu_seed_matches_reference(shape, dtype):
-    module = _import("cpu_torch")
-    inputs = _inputs(shape, dtype)
-    before = [t.clone() for t in inputs]
-    for chunk in load_candidate(SEEDS / "cpu_torch.py").space["CHUNK"]:
-        _assert_matches(module.kernel(*inputs, CHUNK=chunk), inputs, dtype)
-    assert all(torch.equal(a, b) for a, b in zip(inputs, before))  # inputs untouched
-
-
-@pytest.mark.parametrize("dtype", TASK.dtypes)
-@pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
-def test_triton_seeds_match_reference(triton_seed, shape, dtype):
-    inputs = _inputs(shape, dtype, seed=1)
-    _assert_matches(triton_seed[1].kernel(*inputs), inputs, dtype)
-
-
-def test_every_triton_config_is_correct_on_an_odd_shape(triton_seed):
-    # 37 q heads and 3 k heads: partial head blocks for every BLOCK_H; D = 96 pads the half to 64 lanes.
-    name, module = triton_seed
-    inputs = _inputs({"T": 3, "Hq": 37, "Hkv": 3, "D": 96}, torch.bfloat16, seed=2)
-    configs = load_candidate(SEEDS / f"{name}.py").all_configs()
-    assert 1 < len(configs) <= 12
-    for config in configs:
-        _assert_matches(module.kernel(*inputs, **config), inputs, torch.bfloat16)
+class TestSeeds(SeedChecks, task="rope", shapes=SHAPES, most_configs=12,
+                # 37 q heads and 3 k heads: partial head blocks for every BLOCK_H; D = 96 pads the half to 64 lanes
+                odd_shapes=[{"T": 3, "Hq": 37, "Hkv": 3, "D": 96}]):
+    """The shared seed checks (seed_checks.py) on rope."""
 
 
 def test_triton_seeds_take_strided_views(triton_seed):
     # q and k as slices of a fused qkv projection [T, Hq + 2 * Hkv, D]: not contiguous across heads.
     T, Hq, Hkv, D = 4, 8, 2, 64
-    q, k, cos, sin = _inputs({"T": T, "Hq": Hq, "Hkv": Hkv, "D": D}, torch.float16, seed=3)
+    q, k, cos, sin = cpu_inputs(TASK, {"T": T, "Hq": Hq, "Hkv": Hkv, "D": D}, torch.float16, seed=3)
     qkv = torch.cat((q, k, torch.zeros_like(k)), dim=1)
     q_view, k_view = qkv[:, :Hq], qkv[:, Hq:Hq + Hkv]
-    _assert_matches(triton_seed[1].kernel(q_view, k_view, cos, sin), (q, k, cos, sin), torch.float16)
+    outs = triton_seed[1].kernel(q_view, k_view, cos, sin)
+    assert_matches_reference(TASK, outs, (q, k, cos, sin), torch.float16)
 
 
 def test_wrong_answers_are_rejected_by_the_tolerance():
-    q, k, cos, sin = (t.double() for t in _inputs({"T": 7, "Hq": 8, "Hkv": 2, "D": 128}, torch.bfloat16))
+    q, k, cos, sin = (t.double() for t in cpu_inputs(TASK, {"T": 7, "Hq": 8, "Hkv": 2, "D": 128}, torch.bfloat16))
     ref_q, _ = TASK.reference(q, k, cos, sin)
     tol = TASK.tolerances[torch.bfloat16]
     half = 64
@@ -111,8 +63,8 @@ def test_wrong_answers_are_rejected_by_the_tolerance():
 
 def test_make_inputs_deterministic_and_real_tables():
     shape = {"T": 16, "Hq": 8, "Hkv": 2, "D": 128}
-    a, b = _inputs(shape, torch.bfloat16, seed=5), _inputs(shape, torch.bfloat16, seed=5)
-    c = _inputs(shape, torch.bfloat16, seed=6)
+    a, b = cpu_inputs(TASK, shape, torch.bfloat16, seed=5), cpu_inputs(TASK, shape, torch.bfloat16, seed=5)
+    c = cpu_inputs(TASK, shape, torch.bfloat16, seed=6)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert not any(torch.equal(x, y) for x, y in zip(a, c))
     q, k, cos, sin = a

@@ -1,80 +1,29 @@
 """The silu_mul task and its seeds: values against the float64 reference, per dtype, odd shapes included."""
 
 import random
-from pathlib import Path
 
-import pytest
 import torch
 
-from ratchet.candidate import load_candidate
 from ratchet.task import load_task
-from seed_files import import_seed, require_triton
+from seed_checks import SeedChecks, cpu_inputs, triton_seed_fixture
+from seed_files import import_seed
 
 TASK = load_task("silu_mul")
-SEEDS = Path(TASK.seeds_dir)
 SHAPES = [{"T": 1, "I": 1000}, {"T": 7, "I": 333}, {"T": 5, "I": 17}, {"T": 64, "I": 256}]
-TRITON_SEEDS = ["triton_rowwise", "triton_flat"]
 
 
-def _import(name):
-    return import_seed("silu_mul", name)
+triton_seed = triton_seed_fixture("silu_mul", ["triton_rowwise", "triton_flat"])
 
 
-def _inputs(shape, dtype, seed=0):
-    return TASK.make_inputs(shape, dtype, "cpu", torch.Generator().manual_seed(seed))
-
-
-def _assert_matches(out, inputs, dtype):
-    (x,) = inputs
-    ref = TASK.reference(x.double())
-    assert out.dtype == dtype and out.shape == (x.shape[0], x.shape[1] // 2)
-    tol = TASK.tolerances[dtype]
-    torch.testing.assert_close(out.double(), ref, atol=tol.atol, rtol=tol.rtol)
-
-
-def _untouched(inputs, kernel, **config):
-    before = inputs[0].clone()
-    out = kernel(*inputs, **config)
-    assert torch.equal(inputs[0], before)  # fp32 .to() aliases x: no seed may write into it
-    return out
-
-
-@pytest.fixture(scope="module", params=TRITON_SEEDS)
-def triton_seed(request):
-    require_triton()
-    return request.param, _import(request.param)
-
-
-@pytest.mark.parametrize("dtype", TASK.dtypes)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s['T']}x{s['I']}")
-def test_cpu_seed_matches_reference(shape, dtype):
-    module = _import("cpu_torch")
-    inputs = _inputs(shape, dtype)
-    for chunk in load_candidate(SEEDS / "cpu_torch.py").space["CHUNK"]:
-        _assert_matches(_untouched(inputs, module.kernel, CHUNK=chunk), inputs, dtype)
-
-
-@pytest.mark.parametrize("dtype", TASK.dtypes)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s['T']}x{s['I']}")
-def test_triton_seeds_match_reference(triton_seed, shape, dtype):
-    _, module = triton_seed
-    inputs = _inputs(shape, dtype, seed=1)
-    _assert_matches(_untouched(inputs, module.kernel), inputs, dtype)
-
-
-@pytest.mark.parametrize("I", [333, 3003])  # odd: the up half starts at an odd column; 3003 > every BLOCK
-def test_every_triton_config_is_correct_for_odd_i(triton_seed, I):
-    name, module = triton_seed
-    inputs = _inputs({"T": 3, "I": I}, torch.bfloat16, seed=2)
-    configs = load_candidate(SEEDS / f"{name}.py").all_configs()
-    assert 1 < len(configs) <= 12
-    for config in configs:
-        _assert_matches(module.kernel(*inputs, **config), inputs, torch.bfloat16)
+class TestSeeds(SeedChecks, task="silu_mul", shapes=SHAPES, most_configs=12,
+                # odd I: the up half starts at an odd column; 3003 > every BLOCK
+                odd_shapes=[{"T": 3, "I": 333}, {"T": 3, "I": 3003}]):
+    """The shared seed checks (seed_checks.py) on silu_mul."""
 
 
 def test_wrong_answers_are_rejected_by_the_tolerance():
     # Inputs with spread must make each plausible mistake visibly wrong.
-    (x,) = _inputs({"T": 7, "I": 1000}, torch.bfloat16)
+    (x,) = cpu_inputs(TASK, {"T": 7, "I": 1000}, torch.bfloat16)
     x = x.double()
     gate, up = x[:, :1000], x[:, 1000:]
     ref = TASK.reference(x)
@@ -95,11 +44,11 @@ def test_wrong_answers_are_rejected_by_the_tolerance():
 
 def test_make_inputs_deterministic_and_spread():
     shape = {"T": 16, "I": 257}
-    (a,), (b,) = _inputs(shape, torch.float32, seed=5), _inputs(shape, torch.float32, seed=5)
-    (c,) = _inputs(shape, torch.float32, seed=6)
+    (a,), (b,) = cpu_inputs(TASK, shape, torch.float32, seed=5), cpu_inputs(TASK, shape, torch.float32, seed=5)
+    (c,) = cpu_inputs(TASK, shape, torch.float32, seed=6)
     assert a.shape == (16, 514) and a.dtype == torch.float32
     assert torch.equal(a, b) and not torch.equal(a, c)
-    assert _inputs(shape, torch.bfloat16)[0].dtype == torch.bfloat16
+    assert cpu_inputs(TASK, shape, torch.bfloat16)[0].dtype == torch.bfloat16
     gate, up = a[:, :257], a[:, 257:]
     for half in (gate, up):
         row_rms = half.pow(2).mean(-1).sqrt()
@@ -135,9 +84,9 @@ def test_shapes_cost_and_weights():
 
 def test_cpu_seed_calls_no_library_kernel():
     # The honest seed is built from aten ops only: nothing from vLLM's or another library's namespace.
-    (x,) = _inputs({"T": 4, "I": 64}, torch.float32)
+    (x,) = cpu_inputs(TASK, {"T": 4, "I": 64}, torch.float32)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        _import("cpu_torch").kernel(x)
+        import_seed("silu_mul", "cpu_torch").kernel(x)
     names = {e.name for e in prof.events()}
     assert "aten::silu" in names
     assert all(n.startswith("aten::") for n in names if "::" in n)

@@ -8,7 +8,8 @@ import torch
 
 from ratchet.candidate import load_candidate
 from ratchet.task import DEFAULT_TOLERANCES, load_task
-from seed_files import import_seed, require_triton
+from seed_checks import SeedChecks, assert_matches_reference, cpu_inputs, triton_seed_fixture
+from seed_files import import_seed
 
 TASK = load_task("softmax")
 SEEDS = Path(TASK.seeds_dir)
@@ -17,73 +18,32 @@ SHAPES = [{"M": 1, "N": 32000}, {"M": 3, "N": 20001}, {"M": 7, "N": 1000}, {"M":
 TRITON_SEEDS = ("triton_rowwise", "triton_online", "triton_resident")
 
 
-def _import(name):
-    return import_seed("softmax", name)
-
-
-def _inputs(shape, dtype, seed=0):
-    return TASK.make_inputs(shape, dtype, "cpu", torch.Generator().manual_seed(seed))
-
-
 def _bad(out, ref, dtype):
     tol = TASK.tolerances[dtype]
     return (out.double() - ref).abs() > tol.atol + tol.rtol * ref.abs()
 
 
-def _assert_matches(out, inputs, dtype):
-    (x,) = inputs
-    ref = TASK.reference(x.double())
-    assert out.dtype == dtype and out.shape == x.shape
-    tol = TASK.tolerances[dtype]
-    torch.testing.assert_close(out.double(), ref, atol=tol.atol, rtol=tol.rtol)
+triton_seed = triton_seed_fixture("softmax", TRITON_SEEDS)
 
 
-@pytest.fixture(scope="module", params=TRITON_SEEDS)
-def triton_seed(request):
-    require_triton()
-    return request.param, _import(request.param)
-
-
-@pytest.mark.parametrize("dtype", TASK.dtypes)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s['M']}x{s['N']}")
-def test_cpu_seed_matches_reference(shape, dtype):
-    module = _import("cpu_torch")
-    inputs = _inputs(shape, dtype)
-    x_before = inputs[0].clone()
-    for chunk in load_candidate(SEEDS / "cpu_torch.py").space["CHUNK"]:
-        _assert_matches(module.kernel(*inputs, CHUNK=chunk), inputs, dtype)
-    assert torch.equal(inputs[0], x_before)  # fp32 .to() aliases x: the seed must not write into it
-
-
-@pytest.mark.parametrize("dtype", TASK.dtypes)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s['M']}x{s['N']}")
-def test_triton_seeds_match_reference(triton_seed, shape, dtype):
-    inputs = _inputs(shape, dtype, seed=1)
-    _assert_matches(triton_seed[1].kernel(*inputs), inputs, dtype)
-
-
-def test_every_triton_config_is_correct_on_an_odd_shape(triton_seed):
-    # N = 20001 is odd and wider than every BLOCK_N: the looped paths, the split row and its masked tail.
-    name, module = triton_seed
-    inputs = _inputs({"M": 3, "N": 20001}, torch.bfloat16, seed=2)
-    configs = load_candidate(SEEDS / f"{name}.py").all_configs()
-    assert 1 < len(configs) <= 24  # a bound on this test's time under the interpreter
-    for config in configs:
-        _assert_matches(module.kernel(*inputs, **config), inputs, torch.bfloat16)
+class TestSeeds(SeedChecks, task="softmax", shapes=SHAPES, most_configs=24,
+                # N = 20001 is odd and wider than every BLOCK_N: the looped paths, the split row, its masked tail
+                odd_shapes=[{"M": 3, "N": 20001}]):
+    """The shared seed checks (seed_checks.py) on softmax."""
 
 
 def test_triton_seeds_take_masked_logits(triton_seed):
     # -inf entries (masked vocabulary), a run of them wider than a vector and a block: the online seed's
     # groups of 4 neighbours that hold only -inf must add nothing (not NaN) to their running sum.
-    (x,) = _inputs({"M": 3, "N": 20001}, torch.float32, seed=4)
+    (x,) = cpu_inputs(TASK, {"M": 3, "N": 20001}, torch.float32, seed=4)
     x[:, ::3] = -float("inf")
     x[1, 100:9000] = -float("inf")
     x[2, :-5] = -float("inf")  # five finite entries, at the row's masked tail
-    _assert_matches(triton_seed[1].kernel(x), (x,), torch.float32)
+    assert_matches_reference(TASK, triton_seed[1].kernel(x), (x,), torch.float32)
 
 
 def test_wrong_answers_are_rejected_by_the_tolerance():
-    (x,) = _inputs({"M": 8, "N": 20001}, torch.float32)
+    (x,) = cpu_inputs(TASK, {"M": 8, "N": 20001}, torch.float32)
     xd = x.double()
     ref = TASK.reference(xd)
     # No max subtraction: exp overflows fp32 on the high rows (inf / inf = NaN).
@@ -108,8 +68,8 @@ def test_wrong_answers_are_rejected_by_the_tolerance():
 
 def test_make_inputs_deterministic_and_spread():
     shape = {"M": 64, "N": 257}
-    (a,), (b,) = _inputs(shape, torch.float32, seed=5), _inputs(shape, torch.float32, seed=5)
-    (c,) = _inputs(shape, torch.float32, seed=6)
+    (a,), (b,) = cpu_inputs(TASK, shape, torch.float32, seed=5), cpu_inputs(TASK, shape, torch.float32, seed=5)
+    (c,) = cpu_inputs(TASK, shape, torch.float32, seed=6)
     assert torch.equal(a, b) and not torch.equal(a, c)
     row_std = a.std(-1)
     assert row_std.max() / row_std.min() > 4  # flat and peaked rows
@@ -140,7 +100,7 @@ def test_shapes_cost_and_weights():
 
 
 def test_forbidden_names_match_the_profiler():
-    (x,) = _inputs({"M": 4, "N": 64}, torch.float32)
+    (x,) = cpu_inputs(TASK, {"M": 4, "N": 64}, torch.float32)
     calls = (lambda: torch.softmax(x, -1), lambda: torch.nn.functional.softmax(x, -1),
              lambda: torch.nn.functional.log_softmax(x, -1), lambda: x.softmax(-1))
     for call in calls:
@@ -148,7 +108,7 @@ def test_forbidden_names_match_the_profiler():
             call()
         assert set(TASK.forbidden) & {e.name for e in prof.events()}
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        _import("cpu_torch").kernel(x)
+        import_seed("softmax", "cpu_torch").kernel(x)
     assert not set(TASK.forbidden) & {e.name for e in prof.events()}  # the honest seed is not flagged
 
 
@@ -157,7 +117,7 @@ def test_resident_layout_keeps_a_split_row_resident(block_n):
     # The resident seed's barrier waits for a row's other pieces: deadlock unless they run at once, which
     # one program per SM guarantees. Every row is covered by whole blocks, and none is split when the
     # interpreter runs programs one at a time.
-    layout = _import("triton_resident").layout
+    layout = import_seed("softmax", "triton_resident").layout
     for M in (1, 3, 64, 132, 256, 4096):
         for N in (17, 1000, 20001, 32000, 128256, 129280, 100003):
             for sms in (8, 132):

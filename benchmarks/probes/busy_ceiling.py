@@ -32,7 +32,7 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:  # run as a file, its package imports cannot work
     sys.exit("run it from the repository root as: python -m benchmarks.probes.busy_ceiling ...")
 
-from benchmarks.common import command_line, record_results
+from benchmarks.common import command_line, record_results, refused
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -142,11 +142,9 @@ def main(argv=None) -> int:
     try:  # the arguments first, so a wrong one is said on any machine
         task, candidate, config, shape = resolve(args)
     except (TaskError, CandidateError, ValueError) as exc:
-        print(f"busy_ceiling: {exc}", file=sys.stderr)
-        return 2
+        return refused("busy_ceiling", exc)
     if not torch.cuda.is_available():
-        print("busy_ceiling: needs a CUDA device (NVML's busy share means nothing on the CPU)", file=sys.stderr)
-        return 2
+        return refused("busy_ceiling", "needs a CUDA device (NVML's busy share means nothing on the CPU)")
     from benchmarks.probes.loop_throughput import BusySampler
 
     dtype = str(task.dtypes[0]).removeprefix("torch.")
@@ -154,8 +152,7 @@ def main(argv=None) -> int:
     reply = harness.load({"task": task.source_path or task.name, "device": "cuda", "candidate": candidate.path,
                           "kind": candidate.kind, "config": config, "hold_cycles": cycles_for_us(LAUNCH_HOLD_US)})
     if "error" in reply:
-        print(f"busy_ceiling: {reply['error']}: {reply['detail']}", file=sys.stderr)
-        return 2
+        return refused("busy_ceiling", f"{reply['error']}: {reply['detail']}")
     key = "busy-ceiling"
     captured = harness.capture({"shape": shape, "dtype": dtype, "seed": 1, "graph_key": key}).get("captured")
     timed = {"flush": True, "guards": True, "hold_scale": 1}

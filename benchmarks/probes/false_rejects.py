@@ -79,7 +79,7 @@ def honest_candidates(device: str, only: str | None) -> list[Honest]:
                               gpu))
     for name in builtin_task_names():
         task = load_task(name)
-        for seed in sorted(Path(task.seeds_dir).glob("*.py")):
+        for seed in task.seeds():
             if device == "cpu" and not seed.name.startswith("cpu"):
                 continue
             out.append(Honest(f"{name}/{seed.stem}", name, seed, True, device == "cuda"))

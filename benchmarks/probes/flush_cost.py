@@ -25,7 +25,7 @@ if __name__ == "__main__" and not __package__:  # run as a file, its package imp
 
 import torch
 
-from benchmarks.common import command_line, record_results
+from benchmarks.common import command_line, record_results, refused
 from ratchet.judge.timing import L2Flusher
 
 ROWWISE = Path(__file__).resolve().parents[2] / "src/ratchet/tasks/rmsnorm/seeds/triton_rowwise.py"
@@ -81,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.reps < 1:
         parser.error(f"--reps wants 1 or more, got {args.reps}")
     if not torch.cuda.is_available():
-        print("flush_cost: needs a CUDA device", file=sys.stderr)
-        return 2
+        return refused("flush_cost", "needs a CUDA device")
     judge = L2Flusher(torch.device("cuda"))
 
     def written_only():

@@ -28,7 +28,7 @@ if __name__ == "__main__" and not __package__:  # run as a file, its package imp
     sys.exit("run it from the repository root as: python -m benchmarks.probes.kernel_breakdown ...")
 
 import torch
-from benchmarks.common import command_line, parse_where, record_results, subset_task
+from benchmarks.common import command_line, parse_where, record_results, refused, subset_task
 
 from ratchet.candidate import CandidateError, load_candidate
 from ratchet.task import Task, TaskError, load_task
@@ -150,11 +150,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--config wants a JSON object, got {args.config!r}")
         config = load_candidate(args.seed_file).resolve_config(config)  # the judge's rules for a config
     except (ValueError, OSError, TaskError, CandidateError) as exc:
-        print(f"kernel_breakdown: {exc}", file=sys.stderr)
-        return 2
+        return refused("kernel_breakdown", exc)
     if not torch.cuda.is_available():
-        print("kernel_breakdown: needs a CUDA device", file=sys.stderr)
-        return 2
+        return refused("kernel_breakdown", "needs a CUDA device")
     records: list[dict] = []
     print(breakdown(task, args.seed_file, config, args.calls, records))
     record_results("kernel_breakdown", records, device="cuda",

@@ -34,7 +34,7 @@ if __name__ == "__main__" and not __package__:  # run as a file, its package imp
 
 import torch
 from benchmarks.probes.flush_cost import emit_table, timed_median_us
-from benchmarks.common import command_line, parse_where, record_results, subset_task
+from benchmarks.common import command_line, parse_where, record_results, refused, subset_task
 
 from ratchet.cuda_build import load_cached
 from ratchet.judge.timing import L2Flusher
@@ -257,11 +257,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--reps wants 1 or more, got {args.reps}")
         sizes = (task_sizes(args.task, parse_where(args.where)) if args.task else []) + megabyte_sizes(args.mb or [])
     except (ValueError, TaskError) as exc:
-        print(f"read_floor: {exc}", file=sys.stderr)
-        return 2
+        return refused("read_floor", exc)
     if not torch.cuda.is_available():
-        print("read_floor: needs a CUDA device", file=sys.stderr)
-        return 2
+        return refused("read_floor", "needs a CUDA device")
     rows: list[dict] = []
     emit_table(measure(sizes, args.reps, rows), args.out)
     record_results("read_floor", rows, device="cuda", command=command_line("benchmarks.probes.read_floor", argv))

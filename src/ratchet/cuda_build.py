@@ -33,6 +33,21 @@ from typing import Mapping, Sequence
 
 import torch
 
+# Device functions the built-in CUDA seeds share, spliced into their CUDA sources (after cuda_fp16.h and
+# cuda_bf16.h are included): fp32 from and to each dtype the tasks run in, rounding to nearest even.
+FLOAT_CONVERSIONS = r"""
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+"""
+
 _LOADED: dict[tuple, ModuleType] = {}  # the call's arguments -> module, for the per-call fast path
 
 

@@ -28,6 +28,7 @@ import ast
 import inspect
 import json
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -577,12 +578,24 @@ def _seeds(f: _Facts, max_lines: int | None) -> str:
     fit, other = _seeds_for(f.task, f.device)
     if not fit:
         lines.append("(this task ships no seeds: write a candidate from the reference and the rules below)")
-    for path in fit:
-        source = path.read_text()
+    sources = [path.read_text() for path in fit]
+    for path, source in zip(fit, sources):
         lines += ["", f"### Seed `{path.name}`", _code(source, max_lines)]
+    for path in _seed_helpers(f.task, sources):
+        lines += ["", f"### `{path.name}`, which the seeds above import (a helper, not a seed)",
+                  _code(path.read_text(), max_lines)]
     if other:
         lines += ["", f"Seeds for the other kind of device: {', '.join(p.name for p in other)}."]
     return "\n".join(lines)
+
+
+def _seed_helpers(task: Task, sources: list[str]) -> list[Path]:
+    """The helper modules of the seeds folder (``_*.py``: code seeds share, never a candidate) that one of
+    ``sources`` imports, so a proposer sees all of a seed's code."""
+    if not task.seeds_dir or not Path(task.seeds_dir).is_dir():
+        return []
+    helpers = sorted(Path(task.seeds_dir).glob("_*.py"))
+    return [p for p in helpers if any(re.search(rf"\bseeds\.{re.escape(p.stem)}\b", src) for src in sources)]
 
 
 def _seeds_for(task: Task, device: str) -> tuple[list[Path], list[Path]]:

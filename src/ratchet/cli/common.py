@@ -1,10 +1,12 @@
-"""What every command shares: the one-line usage error, the parser class, device and flag parsing, the ledger."""
+"""What every command shares: the one-line usage error, the parser class, device and flag parsing, the ledger
+flag and the files beside the ledger, the gate's grid flags."""
 
 from __future__ import annotations
 
 import argparse
 
 EXIT_USAGE = 2
+LEDGER_HELP = "ledger file (default: $RATCHET_LEDGER or .ratchet/ledger.sqlite)"
 MODEL_HELP = ("a built-in workload (llama, deepseek), a transformers model directory or its config.json (random "
               "weights when none are there; nothing is downloaded), or module:function")
 
@@ -86,3 +88,86 @@ def open_ledger(path: str | None, create: bool = True):
 
     return Ledger(default_ledger_path(path), create=create)
 
+
+
+def add_ledger_option(parser) -> None:
+    parser.add_argument("--ledger", metavar="PATH", help=LEDGER_HELP)
+
+
+def recorded_ledger(path: str | None):
+    """The ledger file ``--ledger`` names (or the default), which must exist: a command that only reads
+    the record has nothing to show without one."""
+    from ratchet.run.ledger import default_ledger_path
+
+    ledger = default_ledger_path(path)
+    if not ledger.is_file():
+        raise UsageError(f"no ledger at {ledger} (no runs recorded there yet)")
+    return ledger
+
+
+def gates_dir(path: str | None):
+    """Where the gates' outcomes of the ledger ``--ledger`` names are written (beside it)."""
+    from ratchet.e2e.gate import gates_dir_for
+    from ratchet.run.ledger import default_ledger_path
+
+    return gates_dir_for(default_ledger_path(path))
+
+
+def stderr_progress(quiet: bool):
+    """Progress lines for stderr (stdout may carry the one JSON object), or none at all when ``quiet``."""
+    import sys
+
+    if quiet:
+        return lambda line: None
+    return lambda line: print(line, file=sys.stderr, flush=True)
+
+
+def print_table_head(title: str, header: str) -> None:
+    """A plain-text table's title line, its column header and a rule as wide as the header."""
+    print(title)
+    print(header)
+    print("-" * len(header))
+
+
+# -- the workloads' size and the gate's grid (ratchet gate, optimize, stack) -------------------------------
+def default_size(device: str) -> str:
+    return "full" if device == "cuda" else "tiny"
+
+
+def add_grid_options(parser) -> None:
+    """The settings of the gate's grid: decode contexts and batches, and prefill."""
+    parser.add_argument("--contexts", metavar="LIST", help="decode contexts the gate measures, e.g. 1024,8192,32768 "
+                        "(default: full 1k, 8k, 32k, and 64k, 128k where memory allows; tiny 64, 256, 1024)")
+    parser.add_argument("--batches", metavar="LIST", help="decode batch sizes the gate measures (default: full 1,32; "
+                        "tiny 1,4)")
+    parser.add_argument("--prefill", metavar="LIST", help="prefill settings BxS the gate measures, e.g. 1x4096,8x512 "
+                        "(default: full 1x4096; tiny 1x256; 'none' for no prefill)")
+
+
+def parse_ints(text: str | None, flag: str) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UsageError(f"{flag} '{text}' is not a list of whole numbers like 1,32") from None
+    if not values or min(values) < 1:
+        raise UsageError(f"{flag} needs positive whole numbers")
+    return values
+
+
+def parse_prefill(text: str | None) -> tuple[tuple[int, int], ...] | None:
+    if text is None:
+        return None
+    if text.strip().lower() == "none":
+        return ()
+    out = []
+    for item in text.split(","):
+        try:
+            b, s = (int(v) for v in item.lower().split("x"))
+        except ValueError:
+            raise UsageError(f"--prefill '{item}' is not BATCHxLENGTH like 1x4096") from None
+        if b < 1 or s < 1:
+            raise UsageError("--prefill needs a positive batch and length")
+        out.append((b, s))
+    return tuple(out)

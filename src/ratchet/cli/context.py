@@ -8,6 +8,8 @@ from ratchet.agents import DEFAULT_MAX_CHARS
 
 
 def register(sub, parser_class) -> None:
+    from ratchet.cli.common import add_ledger_option
+
     p = sub.add_parser(
         "context", help="print the brief (markdown) an agent works from: goal, hardware, task, best, history, rules",
         description=(
@@ -21,7 +23,7 @@ def register(sub, parser_class) -> None:
     p.add_argument("task", metavar="TASK", help="built-in task name (see 'ratchet tasks') or task file")
     p.add_argument("--run", metavar="RUN", help="take the history, best and ideas from this run (default: the "
                    "task's most recent run on the device)")
-    p.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or .ratchet/ledger.sqlite)")
+    add_ledger_option(p)
     p.add_argument("--device", choices=["cpu", "cuda"], help="the device the brief is for (default: the run's; "
                    "else cuda if present, else cpu); no GPU is needed to write a brief for cuda")
     p.add_argument("--device-name", metavar="NAME", help="with --device cuda: the GPU the brief is for, e.g. H200 "

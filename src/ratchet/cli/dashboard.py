@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ratchet.cli.common import UsageError
+from ratchet.cli.common import UsageError, add_ledger_option, recorded_ledger
 
 DEFAULT_PORT = 8765
 
@@ -14,17 +14,14 @@ def register(sub, parser_class) -> None:
                        "Read-only; candidate code is shown, never run. Ctrl-C stops it.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
-    p.add_argument("--ledger", metavar="PATH", help="ledger file (default .ratchet/ledger.sqlite or $RATCHET_LEDGER)")
+    add_ledger_option(p)
     p.set_defaults(func=cmd_dashboard)
 
 
 def cmd_dashboard(args) -> int:
     from ratchet.report.dashboard import make_server
-    from ratchet.run.ledger import default_ledger_path
 
-    ledger = default_ledger_path(args.ledger)
-    if not ledger.is_file():
-        raise UsageError(f"no ledger at {ledger} (no runs recorded there yet)")
+    ledger = recorded_ledger(args.ledger)
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port} is not a port number (0 to 65535)")
     try:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 
 def register(sub, parser_class) -> None:
+    from ratchet.cli.common import add_ledger_option
+
     dr = sub.add_parser("doctor", help="check a ledger and repair what can be repaired", description=(
         "Check the ledger: SQLite integrity, schema version, orphan rows, best pointers, duplicate attempts, runs "
         "marked running whose process is gone. Repair what can be repaired without dropping recorded attempts "
         "(restore a damaged file from its newest backup, remove bad best pointers, mark dead runs stopped) and "
         "say what was found and done, one line each. Exit 0: healthy or repaired; 1: problems remain."))
-    dr.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or .ratchet/ledger.sqlite)")
+    add_ledger_option(dr)
     dr.set_defaults(func=cmd_doctor)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 
 def register(sub, parser_class) -> None:
+    from ratchet.cli.common import add_ledger_option
+
     p = sub.add_parser("export", help="write the gated kernels of a campaign or run as an installable package",
                        description="Write DIR/pyproject.toml and a package holding every kernel of CAMPAIGN (or RUN) "
                        "that passed its gate: each a torch custom op dispatched by shape (the kernel inside the "
@@ -13,19 +15,17 @@ def register(sub, parser_class) -> None:
                        "kernel where the package is installed. 'pip install DIR' installs it.")
     p.add_argument("ident", metavar="CAMPAIGN|RUN", help="a campaign id (ratchet optimize) or a run id")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="where to write the package")
-    p.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or .ratchet/ledger.sqlite)")
+    add_ledger_option(p)
     p.set_defaults(func=cmd_export)
 
 
 def cmd_export(args) -> int:
-    from ratchet.cli.common import UsageError, open_ledger
+    from ratchet.cli.common import UsageError, gates_dir, open_ledger
     from ratchet.e2e.export import ExportError, export
-    from ratchet.e2e.gate import gates_dir_for
-    from ratchet.run.ledger import default_ledger_path
 
     with open_ledger(args.ledger, create=False) as ledger:
         try:
-            out = export(ledger, args.ident, args.output, gates_dir_for(default_ledger_path(args.ledger)))
+            out = export(ledger, args.ident, args.output, gates_dir(args.ledger))
         except ExportError as exc:
             raise UsageError(str(exc)) from None
         except OSError as exc:

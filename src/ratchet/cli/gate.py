@@ -4,7 +4,6 @@ Exit 0 when it passes, 1 when it does not, 2 on bad usage (see ``ratchet.e2e.gat
 from __future__ import annotations
 
 import json
-import sys
 
 
 def register(sub, parser_class) -> None:
@@ -15,67 +14,26 @@ def register(sub, parser_class) -> None:
                           "step is slower beyond noise, the logits differ beyond the task's tolerance carried "
                           "through the model, or the kernel breaks graph capture. The outcome is written next to "
                           "the ledger (gates/), where 'ratchet stack' finds it. Exit 0 pass, 1 fail, 2 bad usage.")
-    gate.add_argument("run", metavar="RUN", help="the run whose best kernel to gate")
-    from ratchet.cli.common import MODEL_HELP
+    from ratchet.cli.common import MODEL_HELP, add_grid_options, add_ledger_option
 
+    gate.add_argument("run", metavar="RUN", help="the run whose best kernel to gate")
     gate.add_argument("--workload", required=True, metavar="MODEL", help="the model whose step to gate on: " + MODEL_HELP)
     gate.add_argument("--size", choices=["full", "tiny"], help="workload size (default: full on cuda, tiny on cpu)")
     gate.add_argument("--device", choices=["cpu", "cuda"], help="default: the run's device")
-    gate.add_argument("--contexts", metavar="LIST", help="decode contexts, e.g. 1024,8192,32768 (default: full 1k, "
-                      "8k, 32k, and 64k, 128k where memory allows; tiny 64, 256, 1024)")
-    gate.add_argument("--batches", metavar="LIST", help="decode batch sizes (default: full 1,32; tiny 1,4)")
-    gate.add_argument("--prefill", metavar="LIST", help="prefill settings BxS, e.g. 1x4096,8x512 (default: full "
-                      "1x4096; tiny 1x256; 'none' for no prefill)")
+    add_grid_options(gate)
     gate.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
-    gate.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or "
-                      ".ratchet/ledger.sqlite)")
+    add_ledger_option(gate)
     gate.set_defaults(func=cmd_gate)
-
-
-def parse_ints(text: str | None, flag: str) -> tuple[int, ...] | None:
-    from ratchet.cli.common import UsageError
-
-    if text is None:
-        return None
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise UsageError(f"{flag} '{text}' is not a list of whole numbers like 1,32") from None
-    if not values or min(values) < 1:
-        raise UsageError(f"{flag} needs positive whole numbers")
-    return values
-
-
-def parse_prefill(text: str | None) -> tuple[tuple[int, int], ...] | None:
-    from ratchet.cli.common import UsageError
-
-    if text is None:
-        return None
-    if text.strip().lower() == "none":
-        return ()
-    out = []
-    for item in text.split(","):
-        try:
-            b, s = (int(v) for v in item.lower().split("x"))
-        except ValueError:
-            raise UsageError(f"--prefill '{item}' is not BATCHxLENGTH like 1x4096") from None
-        if b < 1 or s < 1:
-            raise UsageError("--prefill needs a positive batch and length")
-        out.append((b, s))
-    return tuple(out)
-
-
-def default_size(device: str) -> str:
-    return "full" if device == "cuda" else "tiny"
 
 
 def cmd_gate(args) -> int:
     from dataclasses import replace
 
-    from ratchet.cli.common import UsageError, open_ledger, resolve_device
-    from ratchet.e2e.gate import GateError, GateRequest, default_grid, gates_dir_for, run_gate
+    from ratchet.cli.common import (UsageError, default_size, gates_dir, open_ledger, parse_ints, parse_prefill,
+                                    resolve_device, stderr_progress)
+    from ratchet.e2e.gate import GateError, GateRequest, default_grid, run_gate
     from ratchet.e2e.models import ModelError
-    from ratchet.run.ledger import LedgerError, default_ledger_path
+    from ratchet.run.ledger import LedgerError
 
     try:
         with open_ledger(args.ledger, create=False) as ledger:
@@ -91,8 +49,7 @@ def cmd_gate(args) -> int:
             if prefill is not None:
                 grid = replace(grid, prefill=prefill)
             request = GateRequest(run=args.run, workload=args.workload, size=size, device=device, grid=grid)
-            progress = (lambda line: print(line, file=sys.stderr, flush=True)) if not args.json else (lambda line: None)
-            result = run_gate(ledger, request, gates_dir_for(default_ledger_path(args.ledger)), progress=progress)
+            result = run_gate(ledger, request, gates_dir(args.ledger), progress=stderr_progress(args.json))
     except (GateError, UsageError, LedgerError, ModelError) as exc:
         if args.json:  # programs reading stdout still get their one object
             print(json.dumps({"run": args.run, "workload": args.workload, "verdict": "error", "passed": False,
@@ -110,13 +67,14 @@ def _us(value) -> str:
 
 
 def print_gate(result) -> None:
+    from ratchet.cli.common import print_table_head
+
     a = result.attempt
-    print(f"ratchet gate {result.run}: {result.op} attempt {a['seq']} (sha {a['source_sha256'][:12]}, config "
-          f"{a['config']}) in {result.workload} ({result.size}, {result.device}: {result.device_name})")
-    header = f"{'setting':<22} {'graphs':<9} {'baseline us':>12} {'kernel us':>12} {'ratio':>7} {'noise':>6} " \
-             f"{'logits err/allowed':>19}  verdict"
-    print(header)
-    print("-" * len(header))
+    print_table_head(f"ratchet gate {result.run}: {result.op} attempt {a['seq']} (sha {a['source_sha256'][:12]}, "
+                     f"config {a['config']}) in {result.workload} ({result.size}, {result.device}: "
+                     f"{result.device_name})",
+                     f"{'setting':<22} {'graphs':<9} {'baseline us':>12} {'kernel us':>12} {'ratio':>7} {'noise':>6} "
+                     f"{'logits err/allowed':>19}  verdict")
     for s in result.settings:
         c = s.comparison
         ratio = f"{c.ratio:.3f}" if c else "-"

@@ -7,6 +7,8 @@ import json
 
 
 def register(sub, parser_class) -> None:
+    from ratchet.cli.common import add_ledger_option
+
     idea = sub.add_parser("idea", help="add or list ideas for a task (they reach the brief and the proposers)",
                           description="Ideas are short notes on what to try ('split the row across programs "
                           "at B=1'). Proposers see the pending ones in the brief; attempts built on an idea "
@@ -16,20 +18,20 @@ def register(sub, parser_class) -> None:
     add.add_argument("task", metavar="TASK", help="built-in task name or task file")
     add.add_argument("text", metavar="TEXT", help="the idea, in a sentence or two")
     add.add_argument("--author", default="human", help="who brings it (default: human)")
-    add.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or .ratchet/ledger.sqlite)")
+    add_ledger_option(add)
     add.add_argument("--json", action="store_true", help="print the new idea as JSON")
     add.set_defaults(func=cmd_idea_add)
     ls = actions.add_parser("list", help="list ideas and their outcomes",
                             description="List ideas (of one task with --task): status, attempts that tried "
                             "them, how many passed or were kept, and the best speedup among those.")
     ls.add_argument("--task", metavar="TASK", help="only this task's ideas")
-    ls.add_argument("--ledger", metavar="PATH", help="ledger file")
+    add_ledger_option(ls)
     ls.add_argument("--json", action="store_true", help="print a JSON list")
     ls.set_defaults(func=cmd_idea_list)
     drop = actions.add_parser("drop", help="mark an idea as dropped (proposers stop seeing it)",
                               description="Mark idea ID as dropped.")
     drop.add_argument("id", metavar="ID", type=int)
-    drop.add_argument("--ledger", metavar="PATH", help="ledger file")
+    add_ledger_option(drop)
     drop.set_defaults(func=cmd_idea_drop)
     idea.set_defaults(func=lambda args: _usage(idea))
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 
 def register(sub, parser_class) -> None:
+    from ratchet.cli.common import add_ledger_option
+
     mc = sub.add_parser("mcp", help="serve Ratchet to coding agents as MCP tools over stdio",
                         description="An MCP server over stdin/stdout with the tools brief, start_run, judge, "
                         "history, add_idea and list_ideas. Needs the MCP SDK (pip install 'ratchet[agents]').")
-    mc.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or .ratchet/ledger.sqlite)")
+    add_ledger_option(mc)
     mc.add_argument("--device", choices=["cpu", "cuda"],
                     help="where judge runs without a run, and the device of new runs (default: cuda if present)")
     mc.add_argument("--device-name", metavar="NAME", help="with --device cuda: the GPU that will judge new runs, "

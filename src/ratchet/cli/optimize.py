@@ -8,7 +8,7 @@ import os
 
 
 def register(sub, parser_class) -> None:
-    from ratchet.cli.common import MODEL_HELP
+    from ratchet.cli.common import MODEL_HELP, add_grid_options, add_ledger_option
 
     p = sub.add_parser("optimize", help="make a model faster: profile it, run the ops worth it, gate and stack the "
                        "kernels, all in one resumable campaign", description=(
@@ -28,10 +28,7 @@ def register(sub, parser_class) -> None:
     p.add_argument("--llm-model", metavar="NAME", help="with --proposer llm: the model the endpoint serves "
                    "(OPENAI_BASE_URL / OPENAI_API_KEY are honoured)")
     p.add_argument("--llm-base-url", metavar="URL", help="with --proposer llm: the endpoint")
-    p.add_argument("--contexts", metavar="LIST", help="decode contexts the gate measures, e.g. 8192,32768 (default: "
-                   "the gate's grid for the size)")
-    p.add_argument("--batches", metavar="LIST", help="decode batches the gate measures, e.g. 1,32")
-    p.add_argument("--prefill", metavar="LIST", help="prefill settings BxS the gate measures, or 'none'")
+    add_grid_options(p)
     p.add_argument("--ops", metavar="LIST", help="only these ops: task names (rmsnorm, decode_attention, ...) or "
                    "extracted families (linear, grouped_mm, prefill_attention, bmm)")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if present, else cpu")
@@ -42,18 +39,16 @@ def register(sub, parser_class) -> None:
     p.add_argument("--resume", metavar="CAMPAIGN", help="continue a stopped or killed campaign")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout at the end")
     p.add_argument("--no-ncu", action="store_true", help="do not profile kept attempts with Nsight Compute")
-    p.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or .ratchet/ledger.sqlite)")
+    add_ledger_option(p)
     p.set_defaults(func=cmd_optimize)
 
 
 def cmd_optimize(args) -> int:
     from rich.console import Console
 
-    from ratchet.cli.common import UsageError, open_ledger, parse_duration, parse_speedup, resolve_device
-    from ratchet.cli.gate import default_size, parse_ints, parse_prefill
+    from ratchet.cli.common import (UsageError, default_size, gates_dir, open_ledger, parse_duration, parse_ints,
+                                    parse_prefill, parse_speedup, resolve_device)
     from ratchet.e2e.campaign import Campaign, CampaignError, CampaignRequest, resume_campaign, start_campaign
-    from ratchet.e2e.gate import gates_dir_for
-    from ratchet.run.ledger import default_ledger_path
 
     if bool(args.resume) == bool(args.model):
         raise UsageError("give either MODEL or --resume CAMPAIGN")
@@ -86,7 +81,7 @@ def cmd_optimize(args) -> int:
                 cid = start_campaign(ledger, request)
                 console.print(f"campaign {cid} started: {args.model} on {device}; resume with "
                               f"'ratchet optimize --resume {cid}'", highlight=False)
-            campaign = Campaign(ledger, cid, gates_dir_for(default_ledger_path(args.ledger)), console)
+            campaign = Campaign(ledger, cid, gates_dir(args.ledger), console)
             summary = campaign.run()
         except CampaignError as exc:
             raise UsageError(str(exc)) from None

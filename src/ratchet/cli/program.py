@@ -8,6 +8,8 @@ from pathlib import Path
 
 
 def register(sub, parser_class) -> None:
+    from ratchet.cli.common import add_ledger_option
+
     pg = sub.add_parser("program", help="write program.md: the loop, commands and rules for an outside coding agent",
                         description="Write program.md (or -o FILE) telling an outside coding agent how to drive "
                         "a run: read the brief, write a candidate, 'ratchet eval ... --run RUN', read the verdict, "
@@ -21,7 +23,7 @@ def register(sub, parser_class) -> None:
     pg.add_argument("--device-name", metavar="NAME", help="with --device cuda: the GPU that will judge the new run, "
                     "e.g. H200; no GPU is needed here (default: the local GPU's name)")
     pg.add_argument("--target", metavar="SPEEDUP", help="goal of a new run, e.g. 2x")
-    pg.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or .ratchet/ledger.sqlite)")
+    add_ledger_option(pg)
     pg.set_defaults(func=cmd_program)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ratchet.cli.common import UsageError
+from ratchet.cli.common import UsageError, add_ledger_option, recorded_ledger
 
 
 def register(sub, parser_class) -> None:
@@ -12,17 +12,14 @@ def register(sub, parser_class) -> None:
                        "tuner's landscape) or CAMPAIGN (Amdahl table, each op's run, gates, stacking waterfall).")
     p.add_argument("target", metavar="RUN|CAMPAIGN")
     p.add_argument("-o", "--output", required=True, metavar="FILE.html")
-    p.add_argument("--ledger", metavar="PATH", help="ledger file (default .ratchet/ledger.sqlite or $RATCHET_LEDGER)")
+    add_ledger_option(p)
     p.set_defaults(func=cmd_report)
 
 
 def cmd_report(args) -> int:
     from ratchet.report.html import write_report
-    from ratchet.run.ledger import default_ledger_path
 
-    ledger = default_ledger_path(args.ledger)
-    if not ledger.is_file():
-        raise UsageError(f"no ledger at {ledger} (no runs recorded there yet)")
+    ledger = recorded_ledger(args.ledger)
     try:
         path = write_report(ledger, args.target, args.output)
     except OSError as exc:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from ratchet.cli.common import UsageError, open_ledger, parse_duration, parse_gpus, parse_speedup, resolve_device
+from ratchet.cli.common import (UsageError, add_ledger_option, open_ledger, parse_duration, parse_gpus, parse_speedup,
+                                resolve_device)
 
 
 def register(sub, parser_class) -> None:
@@ -32,7 +33,7 @@ def register(sub, parser_class) -> None:
                     "(by default each new best on a GPU is profiled once where ncu works, to explain its "
                     "bottleneck class; same as RATCHET_NCU=off)")
     rn.add_argument("--resume", metavar="RUN", help="continue a stopped or killed run")
-    rn.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or .ratchet/ledger.sqlite)")
+    add_ledger_option(rn)
     rn.set_defaults(func=cmd_run)
 
 

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import json
 
-from ratchet.cli.common import UsageError, open_ledger
+from ratchet.cli.common import UsageError, add_ledger_option, open_ledger
 
 
 def register(sub, parser_class) -> None:
     rs = sub.add_parser("runs", help="list the runs in the ledger", description="List runs: id, task, status, "
                         "attempts and best speedup.")
     rs.add_argument("--json", action="store_true", help="print a JSON list")
-    rs.add_argument("--ledger", metavar="PATH", help="ledger file")
+    add_ledger_option(rs)
     rs.set_defaults(func=cmd_runs)
 
     sh = sub.add_parser("show", help="show one run: its attempts, best history and failures",
                         description="Show a run: settings, every attempt with verdict and speedup, the best's history.")
     sh.add_argument("run", metavar="RUN")
     sh.add_argument("--json", action="store_true", help="print the run and its attempts as JSON")
-    sh.add_argument("--ledger", metavar="PATH", help="ledger file")
+    add_ledger_option(sh)
     sh.set_defaults(func=cmd_show)
 
     bs = sub.add_parser("best", help="write a run's best candidate as a standalone file",
@@ -26,7 +26,7 @@ def register(sub, parser_class) -> None:
                         "'ratchet eval TASK FILE' judges it as it is.")
     bs.add_argument("run", metavar="RUN")
     bs.add_argument("-o", "--output", required=True, metavar="FILE")
-    bs.add_argument("--ledger", metavar="PATH", help="ledger file")
+    add_ledger_option(bs)
     bs.set_defaults(func=cmd_best)
 
 

@@ -4,7 +4,6 @@ layer's gain attributed in a waterfall (see ``ratchet.e2e.stack``)."""
 from __future__ import annotations
 
 import json
-import sys
 
 
 def register(sub, parser_class) -> None:
@@ -16,7 +15,7 @@ def register(sub, parser_class) -> None:
                            "the layer below, so the savings sum to the whole. Also measured: torch.compile with "
                            "CUDA graphs without Ratchet's kernels, the reference the final tokens/s are compared "
                            "with.")
-    from ratchet.cli.common import MODEL_HELP
+    from ratchet.cli.common import MODEL_HELP, add_ledger_option
 
     stack.add_argument("workload", metavar="MODEL", help=MODEL_HELP)
     stack.add_argument("runs", metavar="RUN", nargs="*", help="runs whose gated best kernels to stack, in order")
@@ -29,17 +28,14 @@ def register(sub, parser_class) -> None:
     stack.add_argument("--compile-mode", default="default", choices=["default", "max-autotune-no-cudagraphs"],
                        help="torch.compile mode of the compile layer and the reference (default: default)")
     stack.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
-    stack.add_argument("--ledger", metavar="PATH", help="ledger file (default: $RATCHET_LEDGER or "
-                      ".ratchet/ledger.sqlite)")
+    add_ledger_option(stack)
     stack.set_defaults(func=cmd_stack)
 
 
 def cmd_stack(args) -> int:
     from contextlib import ExitStack
 
-    from ratchet.cli.common import UsageError, open_ledger, resolve_device
-    from ratchet.cli.gate import default_size
-    from ratchet.e2e.gate import gates_dir_for
+    from ratchet.cli.common import UsageError, default_size, gates_dir, open_ledger, resolve_device, stderr_progress
     from ratchet.run.ledger import default_ledger_path
     from ratchet.e2e.models import ModelError
     from ratchet.e2e.stack import StackError, StackRequest, default_setting, run_stack
@@ -56,11 +52,10 @@ def cmd_stack(args) -> int:
     path = default_ledger_path(args.ledger)
     if args.runs and not path.exists():
         raise UsageError(f"no ledger at {path}, so no run to stack")
-    progress = (lambda line: print(line, file=sys.stderr, flush=True)) if not args.json else (lambda line: None)
     with ExitStack() as stack:
         ledger = stack.enter_context(open_ledger(args.ledger, create=False)) if path.exists() else _NoLedger()
         try:
-            result = run_stack(ledger, request, gates_dir_for(path), progress=progress)
+            result = run_stack(ledger, request, gates_dir(args.ledger), progress=stderr_progress(args.json))
         except (StackError, ModelError) as exc:
             raise UsageError(str(exc)) from None
     if args.json:
@@ -75,13 +70,13 @@ class _NoLedger:
 
 
 def print_stack(result) -> None:
+    from ratchet.cli.common import print_table_head
+
     data = result.to_json()
-    print(f"ratchet stack: {result.workload} ({result.size}, {result.device}: {result.device_name}), decode batch "
-          f"{result.batch} at context {result.context}")
-    header = f"{'layer':<48} {'step us':>10} {'IQR us':>8} {'saved us':>9} {'gain':>7} {'vs eager':>9} " \
-             f"{'tokens/s':>10}  vs below"
-    print(header)
-    print("-" * len(header))
+    print_table_head(f"ratchet stack: {result.workload} ({result.size}, {result.device}: {result.device_name}), "
+                     f"decode batch {result.batch} at context {result.context}",
+                     f"{'layer':<48} {'step us':>10} {'IQR us':>8} {'saved us':>9} {'gain':>7} {'vs eager':>9} "
+                     f"{'tokens/s':>10}  vs below")
     for layer in result.layers:
         t = layer.timing
         saved = "-" if layer.saved_us is None else f"{layer.saved_us:.1f}"

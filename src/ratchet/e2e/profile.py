@@ -354,6 +354,29 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _wall_times_us(step, steps: int, dev) -> list[float]:
+    """Each of ``steps`` calls of ``step()`` timed on the wall clock, the device synchronized around it."""
+    times = []
+    for _ in range(steps):
+        _sync(dev)
+        t0 = time.perf_counter()
+        step()
+        _sync(dev)
+        times.append((time.perf_counter() - t0) * 1e6)
+    return times
+
+
+def _profile_steps(step, steps: int, dev, phase: str, ranges: ModuleRanges):
+    """``steps`` calls of ``step()`` under the profiler, each marked as one step of ``phase``, with the
+    model's module ranges recorded as ``phase``'s."""
+    with ranges.phase(phase), _profiler(dev.type) as prof:
+        for _ in range(steps):
+            with torch.profiler.record_function(STEP_NAMES[phase]):
+                step()
+                _sync(dev)
+    return prof
+
+
 def _profile_decode(model, annotated: _Annotated, ranges: ModuleRanges, batch: int, context: int, steps: int,
                     seed: int):
     from ratchet.e2e.workloads.runner import DecodeStep, GraphCaptureError, fill_random, random_tokens
@@ -372,19 +395,9 @@ def _profile_decode(model, annotated: _Annotated, ranges: ModuleRanges, batch: i
     for _ in range(WARMUP_STEPS):
         runner.step()
     rewind()
-    unprofiled = []
-    for _ in range(steps):
-        _sync(dev)
-        t0 = time.perf_counter()
-        runner.step()
-        _sync(dev)
-        unprofiled.append((time.perf_counter() - t0) * 1e6)
+    unprofiled = _wall_times_us(runner.step, steps, dev)
     rewind()
-    with ranges.phase("decode"), _profiler(dev.type) as prof:
-        for _ in range(steps):
-            with torch.profiler.record_function(STEP_NAMES["decode"]):
-                runner.step()
-                _sync(dev)
+    prof = _profile_steps(runner.step, steps, dev, "decode", ranges)
     rewind()
     graph_us, notes = None, []
     if dev.type == "cuda":
@@ -418,18 +431,8 @@ def _profile_prefill(model, annotated: _Annotated, ranges: ModuleRanges, tokens_
     prompt = random_tokens(model, 1, tokens_n, seed)
     cache = model.new_cache(1, tokens_n)
     model.prefill(prompt, cache)  # warm-up
-    unprofiled = []
-    for _ in range(steps):
-        _sync(dev)
-        t0 = time.perf_counter()
-        model.prefill(prompt, cache)
-        _sync(dev)
-        unprofiled.append((time.perf_counter() - t0) * 1e6)
-    with ranges.phase("prefill"), _profiler(dev.type) as prof:
-        for _ in range(steps):
-            with torch.profiler.record_function(STEP_NAMES["prefill"]):
-                model.prefill(prompt, cache)
-                _sync(dev)
+    unprofiled = _wall_times_us(lambda: model.prefill(prompt, cache), steps, dev)
+    prof = _profile_steps(lambda: model.prefill(prompt, cache), steps, dev, "prefill", ranges)
     return _phase("prefill", {"batch": 1, "tokens": tokens_n}, prof, annotated, ranges, unprofiled, None, dev.type,
                   [])
 
@@ -437,18 +440,8 @@ def _profile_prefill(model, annotated: _Annotated, ranges: ModuleRanges, tokens_
 def _profile_forward(model, annotated: _Annotated, ranges: ModuleRanges, steps: int):
     dev = model.device
     model.run()  # warm-up
-    unprofiled = []
-    for _ in range(steps):
-        _sync(dev)
-        t0 = time.perf_counter()
-        model.run()
-        _sync(dev)
-        unprofiled.append((time.perf_counter() - t0) * 1e6)
-    with ranges.phase("prefill"), _profiler(dev.type) as prof:
-        for _ in range(steps):
-            with torch.profiler.record_function(STEP_NAMES["prefill"]):
-                model.run()
-                _sync(dev)
+    unprofiled = _wall_times_us(model.run, steps, dev)
+    prof = _profile_steps(model.run, steps, dev, "prefill", ranges)
     shapes = [list(t.shape) for t in model.inputs if isinstance(t, torch.Tensor)]
     return _phase("prefill", {"forward_inputs": shapes}, prof, annotated, ranges, unprofiled, None, dev.type, [])
 

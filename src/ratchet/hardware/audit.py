@@ -571,20 +571,23 @@ def findings(audit_result: dict) -> list[Finding]:
 
     thp, defrag = host.get("thp_enabled"), host.get("thp_defrag")
     if thp == "never":
-        out.append(Finding(
-            what="transparent hugepages", now="never", could_be="madvise",
+        out.append(_thp_finding(
+            "enabled", what="transparent hugepages", now="never", could_be="madvise",
             tends_to_buy=("large host buffers that ask for huge pages get them (fewer TLB misses in host code); "
-                          "typically a small gain for host-memory-heavy work, nothing for GPU kernel time"),
-            only_bare_metal=True,
-            command_hint="echo madvise | sudo tee /sys/kernel/mm/transparent_hugepage/enabled"))
+                          "typically a small gain for host-memory-heavy work, nothing for GPU kernel time")))
     if thp in ("always", "madvise") and defrag == "always":
-        out.append(Finding(
-            what="transparent hugepage defrag", now="always", could_be="madvise (or defer+madvise)",
+        out.append(_thp_finding(
+            "defrag", what="transparent hugepage defrag", now="always", could_be="madvise (or defer+madvise)",
             tends_to_buy=("no synchronous compaction stalls in host allocations: typically removes rare "
-                          "millisecond-scale hiccups in host code, nothing for GPU kernel time"),
-            only_bare_metal=True,
-            command_hint="echo madvise | sudo tee /sys/kernel/mm/transparent_hugepage/defrag"))
+                          "millisecond-scale hiccups in host code, nothing for GPU kernel time")))
     return out
+
+
+def _thp_finding(setting: str, **finding) -> Finding:
+    """A transparent-hugepage setting (``/sys/kernel/mm/transparent_hugepage/<setting>``) that madvise would
+    serve better: the host's to change, so bare metal only."""
+    return Finding(**finding, only_bare_metal=True,
+                   command_hint=f"echo madvise | sudo tee /sys/kernel/mm/transparent_hugepage/{setting}")
 
 
 def report(index: int | None = None, *, root: str = "/") -> dict:

@@ -40,6 +40,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ratchet.e2e.workloads.registry import OpRegistry
+from ratchet.e2e.workloads.swaps import (Undoable, gated_mlp_forward, merged_gate_up, rmsnorm_forward, rope_wrapper,
+                                         set_forward)
 
 KINDS = ("norm", "mlp", "rope", "attention", "router", "experts")
 ATTENTION_PREFIX = "ratchet_"  # + the original implementation's name, e.g. "ratchet_sdpa"
@@ -52,22 +54,13 @@ _PROBE_TOL = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-8, 1e-8), torch.fl
 
 
 @dataclass
-class Adaptation:
-    """What ``adapt`` did: modules swapped per op kind, modules checked and left alone (with why)."""
+class Adaptation(Undoable):
+    """What ``adapt`` did: modules swapped per op kind, modules checked and left alone (with why);
+    ``restore()`` puts every module back."""
 
     swapped: dict = field(default_factory=lambda: {k: 0 for k in KINDS})
     kept: list = field(default_factory=list)  # (module name, kind, why it was not swapped)
     _undo: list = field(default_factory=list, repr=False)
-
-    def restore(self) -> None:
-        while self._undo:
-            self._undo.pop()()
-
-    def __enter__(self) -> "Adaptation":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.restore()
 
     def to_json(self) -> dict:
         return {"swapped": dict(self.swapped), "kept": [list(k) for k in self.kept]}
@@ -118,15 +111,6 @@ def _norm_eps(module: nn.Module) -> float | None:
     return None
 
 
-def _norm_forward(ops: OpRegistry, weight: torch.Tensor, eps: float):
-    def forward(self, hidden_states):
-        shape = hidden_states.shape
-        x = hidden_states.reshape(-1, shape[-1])
-        return ops.rmsnorm(x, weight.to(x.dtype), eps).view(shape)
-
-    return forward
-
-
 def _try_norm(result: Adaptation, name: str, module: nn.Module, ops: OpRegistry) -> None:
     eps = _norm_eps(module)
     if eps is None:
@@ -134,10 +118,10 @@ def _try_norm(result: Adaptation, name: str, module: nn.Module, ops: OpRegistry)
     w = module.weight.detach()
     x = _randn(PROBE_ROWS, w.shape[0], like=w, seed=1) * 3.0
     for label, weight in (("weight", w), ("1 + weight", (1.0 + w.float()).to(w.dtype))):
-        forward = _norm_forward(ops, weight, eps)
+        forward = rmsnorm_forward(ops, weight, eps)
         why = _probe(module.forward, lambda t: forward(module, t), x)
         if why is None:
-            _set_forward(result, module, forward)
+            set_forward(result, module, forward)
             result.swapped["norm"] += 1
             return
     result.kept.append((name, "norm", "not RMSNorm with weight or 1 + weight"))
@@ -147,51 +131,21 @@ def _is_gated_mlp(module: nn.Module) -> bool:
     return all(isinstance(getattr(module, n, None), nn.Linear) for n in ("gate_proj", "up_proj", "down_proj"))
 
 
-def _mlp_forward(ops: OpRegistry, weight: torch.Tensor, bias: torch.Tensor | None):
-    def forward(self, x):
-        gate_up = F.linear(x, weight, bias)
-        act = ops.silu_mul(gate_up.reshape(-1, gate_up.shape[-1]))
-        return self.down_proj(act.view(*x.shape[:-1], -1))
-
-    return forward
-
-
 def _try_mlp(result: Adaptation, name: str, module: nn.Module, ops: OpRegistry) -> None:
-    gate, up = module.gate_proj, module.up_proj
-    weight = torch.cat([gate.weight, up.weight]).detach()
-    bias = None if gate.bias is None else torch.cat([gate.bias, up.bias]).detach()
-    forward = _mlp_forward(ops, weight, bias)
+    forward = gated_mlp_forward(ops, *merged_gate_up(module))
+    gate = module.gate_proj
     x = _randn(PROBE_ROWS, gate.in_features, like=gate.weight, seed=2)
     why = _probe(module.forward, lambda t: forward(module, t), x)
     if why is None:
-        _set_forward(result, module, forward)
+        set_forward(result, module, forward)
         result.swapped["mlp"] += 1
     else:
         result.kept.append((name, "mlp", f"not down(silu(gate) * up): {why}"))
 
 
-def _rope_wrapper(ops: OpRegistry, original: Callable) -> Callable:
-    def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
-        # transformers' layout: q [B, Hq, S, D], k [B, Hkv, S, D], cos/sin [B or 1, S, D] = cat(f, f).
-        unsqueeze_dim = kwargs.get("unsqueeze_dim", args[0] if args else 1)
-        if (unsqueeze_dim != 1 or len(args) > 1 or q.dim() != 4 or k.dim() != 4 or cos.dim() != 3
-                or cos.shape[-1] != q.shape[-1] or k.shape[-1] != q.shape[-1]):
-            return original(q, k, cos, sin, *args, **kwargs)  # a layout this wrapper does not map
-        B, Hq, S, D = q.shape
-        Hkv = k.shape[1]
-        tokens = q.transpose(1, 2).reshape(B * S, Hq, D)
-        keys = k.transpose(1, 2).reshape(B * S, Hkv, D)
-        c = cos[..., : D // 2].expand(B, S, D // 2).reshape(B * S, D // 2).float()
-        s = sin[..., : D // 2].expand(B, S, D // 2).reshape(B * S, D // 2).float()
-        q_out, k_out = ops.rope(tokens, keys, c, s)
-        return q_out.view(B, S, Hq, D).transpose(1, 2), k_out.view(B, S, Hkv, D).transpose(1, 2)
-
-    return apply_rotary_pos_emb
-
-
 def _try_rope(result: Adaptation, modeling, ops: OpRegistry, like: torch.Tensor, head_dim: int) -> None:
     original = modeling.apply_rotary_pos_emb
-    wrapper = _rope_wrapper(ops, original)
+    wrapper = rope_wrapper(ops, original)
     B, S, Hq, Hkv, D = 2, 3, 4, 2, head_dim
     q, k = _randn(B, Hq, S, D, like=like, seed=3), _randn(B, Hkv, S, D, like=like, seed=4)
     angles = _randn(1, S, D // 2, like=like, seed=5).float() * 3.0
@@ -360,7 +314,7 @@ def _try_router(result: Adaptation, name: str, module: nn.Module, ops: OpRegistr
     except Exception as exc:
         same, want = False, exc
     if same:
-        _set_forward(result, module, forward)
+        set_forward(result, module, forward)
         result.swapped["router"] += 1
     else:
         what = "moe_route (DeepSeek-V3's grouping)" if grouped else "softmax top-k"
@@ -476,17 +430,3 @@ def _set_attention(result: Adaptation, model: nn.Module, name: str) -> None:
         previous = config._attn_implementation
         config._attn_implementation = name
         result._undo.append(lambda c=config, p=previous: setattr(c, "_attn_implementation", p))
-
-
-def _set_forward(result: Adaptation, module: nn.Module, forward) -> None:
-    had_own = "forward" in module.__dict__
-    previous = module.__dict__.get("forward")
-    module.forward = types.MethodType(forward, module)
-
-    def undo():
-        if had_own:
-            module.forward = previous
-        else:
-            del module.forward
-
-    result._undo.append(undo)

@@ -16,14 +16,14 @@ after patching is not seen.
 from __future__ import annotations
 
 import sys
-import types
 from typing import Iterable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ratchet.e2e.workloads.registry import REGISTRY, OpRegistry
+from ratchet.e2e.workloads.swaps import (Undoable, gated_mlp_forward, merged_gate_up, rmsnorm_forward, rope_wrapper,
+                                         set_forward)
 
 PATCHABLE = ("rmsnorm", "silu_mul", "rope")
 
@@ -42,59 +42,12 @@ def _is_swiglu(module: nn.Module) -> bool:
     return isinstance(act, nn.SiLU) or hidden_act in ("silu", "swish")
 
 
-def _rmsnorm_forward(ops: OpRegistry):
-    def forward(self, hidden_states):
-        shape = hidden_states.shape
-        x = hidden_states.reshape(-1, shape[-1])
-        return ops.rmsnorm(x, self.weight.to(x.dtype), self.variance_epsilon).view(shape)
-
-    return forward
-
-
-def _swiglu_forward(ops: OpRegistry, weight: torch.Tensor, bias: torch.Tensor | None):
-    def forward(self, x):
-        gate_up = F.linear(x, weight, bias)
-        act = ops.silu_mul(gate_up.reshape(-1, gate_up.shape[-1]))
-        return self.down_proj(act.view(*x.shape[:-1], -1))
-
-    return forward
-
-
-def _rotary(ops: OpRegistry, original):
-    def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
-        # HF layout: q [B, Hq, S, D], k [B, Hkv, S, D], cos/sin [B or 1, S, D] = cat(freqs, freqs) in q's dtype.
-        unsqueeze_dim = kwargs.get("unsqueeze_dim", args[0] if args else 1)
-        if unsqueeze_dim != 1 or q.dim() != 4 or cos.dim() != 3 or cos.shape[-1] != q.shape[-1]:
-            return original(q, k, cos, sin, *args, **kwargs)  # a layout this adapter does not map
-        B, Hq, S, D = q.shape
-        Hkv = k.shape[1]
-        tokens = q.transpose(1, 2).reshape(B * S, Hq, D)
-        keys = k.transpose(1, 2).reshape(B * S, Hkv, D)
-        # cos/sin may carry a batch of 1 (one position_ids row for the whole batch): expand first.
-        c = cos[..., : D // 2].expand(B, S, D // 2).reshape(B * S, D // 2).float()
-        s = sin[..., : D // 2].expand(B, S, D // 2).reshape(B * S, D // 2).float()
-        q_out, k_out = ops.rope(tokens, keys, c, s)
-        return q_out.view(B, S, Hq, D).transpose(1, 2), k_out.view(B, S, Hkv, D).transpose(1, 2)
-
-    return apply_rotary_pos_emb
-
-
-class HFPatch:
+class HFPatch(Undoable):
     """What ``patch`` returns: counts of patched modules per op, and ``restore()``."""
 
     def __init__(self) -> None:
         self.counts = {name: 0 for name in PATCHABLE}
         self._undo: list = []
-
-    def restore(self) -> None:
-        while self._undo:
-            self._undo.pop()()
-
-    def __enter__(self) -> "HFPatch":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.restore()
 
 
 def patch(model: nn.Module, ops: Iterable[str] = ("rmsnorm", "silu_mul"),
@@ -111,14 +64,10 @@ def patch(model: nn.Module, ops: Iterable[str] = ("rmsnorm", "silu_mul"),
     try:
         for module in model.modules():
             if "rmsnorm" in wanted and _is_rmsnorm(module):
-                _set_forward(result, module, _rmsnorm_forward(registry))
+                set_forward(result, module, rmsnorm_forward(registry, module.weight, module.variance_epsilon))
                 result.counts["rmsnorm"] += 1
             elif "silu_mul" in wanted and _is_swiglu(module):
-                weight = torch.cat([module.gate_proj.weight, module.up_proj.weight]).detach()
-                bias = None
-                if module.gate_proj.bias is not None:
-                    bias = torch.cat([module.gate_proj.bias, module.up_proj.bias]).detach()
-                _set_forward(result, module, _swiglu_forward(registry, weight, bias))
+                set_forward(result, module, gated_mlp_forward(registry, *merged_gate_up(module)))
                 result.counts["silu_mul"] += 1
             if "rope" in wanted and hasattr(module, "q_proj") and hasattr(module, "k_proj"):
                 mod = sys.modules.get(type(module).__module__)
@@ -126,7 +75,7 @@ def patch(model: nn.Module, ops: Iterable[str] = ("rmsnorm", "silu_mul"),
                     modeling_modules[mod.__name__] = mod
         for mod in modeling_modules.values():
             original = mod.apply_rotary_pos_emb
-            mod.apply_rotary_pos_emb = _rotary(registry, original)
+            mod.apply_rotary_pos_emb = rope_wrapper(registry, original)
             result._undo.append(lambda mod=mod, original=original: setattr(mod, "apply_rotary_pos_emb", original))
             result.counts["rope"] += 1
         missing = [o for o in wanted if result.counts[o] == 0]
@@ -136,17 +85,3 @@ def patch(model: nn.Module, ops: Iterable[str] = ("rmsnorm", "silu_mul"),
         result.restore()
         raise
     return result
-
-
-def _set_forward(result: HFPatch, module: nn.Module, forward) -> None:
-    had_own = "forward" in module.__dict__
-    previous = module.__dict__.get("forward")
-    module.forward = types.MethodType(forward, module)
-
-    def undo():
-        if had_own:
-            module.forward = previous
-        else:
-            del module.forward
-
-    result._undo.append(undo)

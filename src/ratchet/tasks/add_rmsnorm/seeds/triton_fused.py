@@ -14,9 +14,10 @@ hints against 130.0 without (torch.compile 133.1); H=8192 250.0 against 259.2 (t
 decode shapes (T=1, 256) unchanged within 0.2 us. num_warps 0 picks 16 from H = 8192 up, 8 below.
 """
 
-import torch
 import triton
 import triton.language as tl
+
+from ratchet.tasks.add_rmsnorm.seeds._operands import operands
 
 SPACE = {"BLOCK_H": [0, 1024, 2048, 4096], "num_warps": [0, 8, 4, 16], "HINTS": [1, 0]}
 
@@ -60,13 +61,8 @@ def _add_rmsnorm_rows(x_ptr, r_ptr, w_ptr, out_ptr, res_ptr, stride_x, stride_r,
 
 
 def kernel(x, residual, weight, eps, BLOCK_H=0, num_warps=0, HINTS=1):
-    # The kernel walks columns with unit stride.
-    x = x if x.stride(-1) == 1 else x.contiguous()
-    residual = residual if residual.stride(-1) == 1 else residual.contiguous()
-    weight = weight.contiguous()
+    x, residual, weight, out, new_residual = operands(x, residual, weight)
     T, H = x.shape
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    new_residual = torch.empty_like(out)
     block = BLOCK_H or triton.next_power_of_2(H)
     block = min(block, triton.next_power_of_2(H))  # a chunk wider than the row only wastes lanes
     if T > 0:

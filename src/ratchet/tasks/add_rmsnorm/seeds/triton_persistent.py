@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ratchet.tasks.add_rmsnorm.seeds._operands import operands
+
 SPACE = {"PROGRAMS_PER_SM": [4, 2, 8, 16], "num_warps": [8, 4, 16]}
 
 
@@ -45,12 +47,8 @@ def _sm_count(device: torch.device) -> int:
 
 
 def kernel(x, residual, weight, eps, PROGRAMS_PER_SM=4, num_warps=8):
-    x = x if x.stride(-1) == 1 else x.contiguous()
-    residual = residual if residual.stride(-1) == 1 else residual.contiguous()
-    weight = weight.contiguous()
+    x, residual, weight, out, new_residual = operands(x, residual, weight)
     T, H = x.shape
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    new_residual = torch.empty_like(out)
     if T > 0:
         grid = min(T, PROGRAMS_PER_SM * _sm_count(x.device))
         _add_rmsnorm_persistent[(grid,)](x, residual, weight, out, new_residual,

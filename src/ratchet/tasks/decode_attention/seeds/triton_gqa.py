@@ -7,10 +7,8 @@ in BLOCK_L positions up to seq_lens[b] (masked loads: nothing beyond is read) wi
 (Milakov & Gimelshein, 2018): a running max m and sum s per head, and the accumulator rescaled by
 exp(m_old - m_new) whenever the max grows. Scores, softmax and accumulator are fp32; the weights are rounded
 to bf16 only as the operand of the p . v product, as FlashAttention does.
-On the CPU (Triton's interpreter, for tests) two things differ, behind the EMULATE flag: the interpreter
-multiplies the raw bits of bf16 operands in tl.dot and truncates fp32 -> bf16 casts, so there the operands
-are fp32 carrying exactly the bf16 values a GPU would use (rounded to nearest even by hand) and the dot is
-an exact fp32 one: the same numbers as on the GPU.
+On the CPU (Triton's interpreter, for tests) the EMULATE helpers of _shared.py (bf16, dot) make the
+interpreter compute the numbers the GPU does.
 Wide heads go in blocks: a [BLOCK_G, head] tile holds at most 8192 elements, so Llama's D = 128 keeps
 groups of up to 64 heads whole, and DeepSeek-V3's absorbed MLA (128 heads over one latent kv head, D = 576)
 runs 8 programs of 16 heads per sequence, launched side by side so the later ones read keys and values
@@ -23,11 +21,12 @@ roofline), 0.8-0.92 of it from B = 64.
 """
 
 import math
-import os
 
 import torch
 import triton
 import triton.language as tl
+
+from ratchet.tasks.decode_attention.seeds._shared import bf16, dot, floor_pow2, head_parts, interpreted
 
 SPACE = {"BLOCK_L": [64, 32, 128], "num_warps": [4, 8]}
 
@@ -38,53 +37,13 @@ SPACE = {"BLOCK_L": [64, 32, 128], "num_warps": [4, 8]}
 _MAX_TILE = 8192
 
 
-def head_parts(D):
-    """The head dim as two power-of-two parts (BLOCK_DA <= D, BLOCK_DB >= the rest, 0 if none; 16 at
-    least, the least tl.dot takes): 128 -> (128, 0), 96 -> (64, 32), 576 -> (512, 64)."""
-    block_da = max(16, 1 << (D.bit_length() - 1))
-    rest = D - block_da
-    return block_da, (max(16, triton.next_power_of_2(rest)) if rest > 0 else 0)
-
-
 def tiles(G, D, BLOCK_L):
     """(BLOCK_G, BLOCK_DA, BLOCK_DB, BLOCK_L, head blocks) for a group of G heads of size D."""
     block_da, block_db = head_parts(D)
     width = block_da + block_db
-    block_g = max(16, min(triton.next_power_of_2(G), _floor_pow2(_MAX_TILE // width)))
-    block_l = max(16, min(BLOCK_L, _floor_pow2(2 * _MAX_TILE // width)))
+    block_g = max(16, min(triton.next_power_of_2(G), floor_pow2(_MAX_TILE // width)))
+    block_l = max(16, min(BLOCK_L, floor_pow2(2 * _MAX_TILE // width)))
     return block_g, block_da, block_db, block_l, triton.cdiv(G, block_g)
-
-
-def _floor_pow2(n):
-    return 1 << (max(1, n).bit_length() - 1)
-
-
-@triton.jit
-def _round_bf16(x):
-    """fp32 -> the nearest bf16 value (ties to even), still as fp32: the interpreter's own cast truncates."""
-    bits = x.to(tl.int32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _bf16(x, EMULATE: tl.constexpr):
-    """x rounded to bf16: a bf16 tensor on the GPU, fp32 holding the same values in the interpreter."""
-    if EMULATE:
-        y = _round_bf16(x)
-    else:
-        y = x.to(tl.bfloat16)
-    return y
-
-
-@triton.jit
-def _dot(a, b, EMULATE: tl.constexpr):
-    """a @ b with an fp32 result: tensor cores on the GPU, an exact fp32 product in the interpreter."""
-    if EMULATE:
-        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    else:
-        c = tl.dot(a, b)
-    return c
 
 
 @triton.jit
@@ -130,10 +89,10 @@ def _decode_gqa(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr,
         k_at = k_row + pos[:, None] * stride_kl
         v_at = v_row + pos[:, None] * stride_vl
         ka = tl.load(k_at + da[None, :], mask=valid[:, None] & da_ok[None, :], other=0.0)
-        scores = _dot(qa, tl.trans(ka), EMULATE)
+        scores = dot(qa, tl.trans(ka), EMULATE)
         if BLOCK_DB > 0:
             kb = tl.load(k_at + db[None, :], mask=valid[:, None] & db_ok[None, :], other=0.0)
-            scores += _dot(qb, tl.trans(kb), EMULATE)
+            scores += dot(qb, tl.trans(kb), EMULATE)
         # fp32 by a cast: torch.compile's Inductor may hand the scale over as fp64
         scores = (scores * scale).to(tl.float32)  # [BLOCK_G, BLOCK_L]
         scores = tl.where(valid[None, :], scores, float("-inf"))
@@ -141,31 +100,24 @@ def _decode_gqa(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr,
         alpha = tl.exp(m - m_new)
         p = tl.exp(scores - m_new[:, None])
         s = s * alpha + tl.sum(p, axis=1)
-        p16 = _bf16(p, EMULATE)
+        p16 = bf16(p, EMULATE)
         va = tl.load(v_at + dva[None, :], mask=valid[:, None] & dva_ok[None, :], other=0.0)
-        acc_a = acc_a * alpha[:, None] + _dot(p16, va, EMULATE)
+        acc_a = acc_a * alpha[:, None] + dot(p16, va, EMULATE)
         if BLOCK_VB > 0:
             vb = tl.load(v_at + dvb[None, :], mask=valid[:, None] & dvb_ok[None, :], other=0.0)
-            acc_b = acc_b * alpha[:, None] + _dot(p16, vb, EMULATE)
+            acc_b = acc_b * alpha[:, None] + dot(p16, vb, EMULATE)
         m = m_new
     out_row = out_ptr + b * stride_ob + heads[:, None] * stride_oh
-    tl.store(out_row + dva[None, :], _bf16(acc_a / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
+    tl.store(out_row + dva[None, :], bf16(acc_a / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
              mask=head_ok[:, None] & dva_ok[None, :])
     if BLOCK_VB > 0:
-        tl.store(out_row + dvb[None, :], _bf16(acc_b / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
+        tl.store(out_row + dvb[None, :], bf16(acc_b / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
                  mask=head_ok[:, None] & dvb_ok[None, :])
 
 
 def _stages(width):
     """Two pipeline stages for wide heads: fewer copies of the [16, 576] key and value tiles in flight."""
     return {"num_stages": 2} if width > 256 else {}
-
-
-def _interpreted():
-    """The Triton interpreter runs the kernels (the CPU tests): the EMULATE helpers make it compute what the
-    GPU does. Not the tensors' device: a compile for sm_90 on a CPU-only machine (tests/hopper_compile.py)
-    holds CPU tensors and must compile the GPU's code."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def kernel(q, k_cache, v_cache, seq_lens, BLOCK_L=64, num_warps=4):
@@ -187,6 +139,6 @@ def kernel(q, k_cache, v_cache, seq_lens, BLOCK_L=64, num_warps=4):
         1.0 / math.sqrt(D), G, D, DV,
         BLOCK_G=block_g, BLOCK_DA=block_da, BLOCK_DB=block_db, BLOCK_L=block_l,
         BLOCK_VA=block_va, BLOCK_VB=block_vb,
-        EMULATE=_interpreted(), num_warps=num_warps, **_stages(block_da + block_db),
+        EMULATE=interpreted(), num_warps=num_warps, **_stages(block_da + block_db),
     )
     return out

@@ -19,7 +19,7 @@ in triton_gqa.py, and so does the values' width (DV = D, or MLA's latent alone: 
 more (MLA) goes in 64-head blocks on 8 warps, the rows of Hopper's warpgroup MMA; and where the values are
 the keys' own memory (MLA passes its cache as keys and its first 512 channels as values), each tile is
 loaded once and holds twice the positions.
-The EMULATE helpers make the interpreter (CPU tests) compute what the GPU does; see triton_gqa.py.
+The EMULATE helpers make the interpreter (CPU tests) compute what the GPU does; see _shared.py.
 On the H200 (2026-11-30, docs/results/landscapes/2026-11-30__decode_attention__triton_split_k.json): 16 us at
 B = 1, L = 4096 and 51-58 us at L = 32768 (the decode-attention goals: 8 and 35), 0.85-0.92 of the roofline at
 B = 8 to 256. MLA (2026-11-30, wgmma MLA tiles): 89 us at B = 1, L = 32768 (eager reference 111) and 469 us at
@@ -30,11 +30,12 @@ on an aligned cache (1043 and 289): at 128 heads a kv head the reference is two 
 
 import functools
 import math
-import os
 
 import torch
 import triton
 import triton.language as tl
+
+from ratchet.tasks.decode_attention.seeds._shared import bf16, dot, floor_pow2, head_parts, interpreted
 
 SPACE = {"SPLITS": [0, -1, 32], "BLOCK_L": [64, 32], "num_warps": [4, 8]}
 
@@ -51,34 +52,6 @@ _SHARED_PER_SM = 232448  # bytes of shared memory an H100 / H200 block may use
 @functools.lru_cache(maxsize=None)
 def _sm_count(index):
     return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-@triton.jit
-def _round_bf16(x):
-    """fp32 -> the nearest bf16 value (ties to even), still as fp32: the interpreter's own cast truncates."""
-    bits = x.to(tl.int32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _bf16(x, EMULATE: tl.constexpr):
-    """x rounded to bf16: a bf16 tensor on the GPU, fp32 holding the same values in the interpreter."""
-    if EMULATE:
-        y = _round_bf16(x)
-    else:
-        y = x.to(tl.bfloat16)
-    return y
-
-
-@triton.jit
-def _dot(a, b, EMULATE: tl.constexpr):
-    """a @ b with an fp32 result: tensor cores on the GPU, an exact fp32 product in the interpreter."""
-    if EMULATE:
-        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    else:
-        c = tl.dot(a, b)
-    return c
 
 
 @triton.jit
@@ -127,10 +100,10 @@ def _split_partials(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr, m_ptr, s_ptr, acc_pt
         k_at = k_row + pos[:, None] * stride_kl
         v_at = v_row + pos[:, None] * stride_vl
         ka = tl.load(k_at + da[None, :], mask=valid[:, None] & da_ok[None, :], other=0.0)
-        scores = _dot(qa, tl.trans(ka), EMULATE)
+        scores = dot(qa, tl.trans(ka), EMULATE)
         if BLOCK_DB > 0:
             kb = tl.load(k_at + db[None, :], mask=valid[:, None] & db_ok[None, :], other=0.0)
-            scores += _dot(qb, tl.trans(kb), EMULATE)
+            scores += dot(qb, tl.trans(kb), EMULATE)
         # fp32 by a cast: torch.compile's Inductor may hand the scale over as fp64 (it did on the H200)
         scores = (scores * scale).to(tl.float32)  # [BLOCK_G, BLOCK_L]
         scores = tl.where(valid[None, :], scores, float("-inf"))
@@ -138,27 +111,27 @@ def _split_partials(q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr, m_ptr, s_ptr, acc_pt
         alpha = tl.exp(m - m_new)
         p = tl.exp(scores - m_new[:, None])
         s = s * alpha + tl.sum(p, axis=1)
-        p16 = _bf16(p, EMULATE)
+        p16 = bf16(p, EMULATE)
         # SAME_KV: the values are the keys' own memory (MLA's latent cache is both), already loaded; their
         # parts are the keys' parts (kernel() checks), so a narrower value is the keys' first part alone.
         if SAME_KV:
             va = ka
         else:
             va = tl.load(v_at + va_cols[None, :], mask=valid[:, None] & va_ok[None, :], other=0.0)
-        acc_a = acc_a * alpha[:, None] + _dot(p16, va, EMULATE)
+        acc_a = acc_a * alpha[:, None] + dot(p16, va, EMULATE)
         if BLOCK_VB > 0:
             if SAME_KV:
                 vb = kb
             else:
                 vb = tl.load(v_at + vb_cols[None, :], mask=valid[:, None] & vb_ok[None, :], other=0.0)
-            acc_b = acc_b * alpha[:, None] + _dot(p16, vb, EMULATE)
+            acc_b = acc_b * alpha[:, None] + dot(p16, vb, EMULATE)
         m = m_new
     if DIRECT:  # one piece holds the whole context: normalize and write the output here
         out_row = out_ptr + b * stride_ob + heads[:, None] * stride_oh
-        tl.store(out_row + va_cols[None, :], _bf16(acc_a / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
+        tl.store(out_row + va_cols[None, :], bf16(acc_a / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
                  mask=head_ok[:, None] & va_ok[None, :])
         if BLOCK_VB > 0:
-            tl.store(out_row + vb_cols[None, :], _bf16(acc_b / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
+            tl.store(out_row + vb_cols[None, :], bf16(acc_b / s[:, None], EMULATE).to(out_ptr.dtype.element_ty),
                      mask=head_ok[:, None] & vb_ok[None, :])
     else:
         row = (b * Hq + heads) * SPLITS + split  # workspace [B, Hq, SPLITS] (and [..., DV] for acc)
@@ -195,7 +168,7 @@ def _merge_splits(m_ptr, s_ptr, acc_ptr, out_ptr, stride_ob, stride_oh, Hq, D, S
         tile = tl.load(acc_ptr + (base + idx)[:, None] * D + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
         acc += tl.sum(tile * weight[:, None], axis=0)
     out = acc / denom
-    tl.store(out_ptr + b * stride_ob + h * stride_oh + d, _bf16(out, EMULATE).to(out_ptr.dtype.element_ty),
+    tl.store(out_ptr + b * stride_ob + h * stride_oh + d, bf16(out, EMULATE).to(out_ptr.dtype.element_ty),
              mask=d_ok)
 
 
@@ -230,14 +203,6 @@ def _split_count(programs, L, block, device, requested, G=1, wgmma=False, per_sm
     return max(1, min(want, blocks // min_blocks))
 
 
-def head_parts(D):
-    """The head dim as two power-of-two parts (BLOCK_DA <= D, BLOCK_DB >= the rest, 0 if none; 16 at
-    least, the least tl.dot takes): 128 -> (128, 0), 96 -> (64, 32), 576 -> (512, 64)."""
-    block_da = max(16, 1 << (D.bit_length() - 1))
-    rest = D - block_da
-    return block_da, (max(16, triton.next_power_of_2(rest)) if rest > 0 else 0)
-
-
 def tiles(G, D, BLOCK_L, num_warps=4, same_kv=False):
     """(BLOCK_G, BLOCK_DA, BLOCK_DB, BLOCK_L, head blocks) for a group of G heads of size D.
 
@@ -253,10 +218,10 @@ def tiles(G, D, BLOCK_L, num_warps=4, same_kv=False):
     block_da, block_db = head_parts(D)
     width = block_da + block_db
     threads = 32 * num_warps
-    block_g = max(16, min(triton.next_power_of_2(G), _floor_pow2(_ACC_PER_THREAD * threads // width)))
+    block_g = max(16, min(triton.next_power_of_2(G), floor_pow2(_ACC_PER_THREAD * threads // width)))
     if num_warps >= 8 and G >= _WGMMA_ROWS:
         block_g = max(block_g, _WGMMA_ROWS)
-    block_l = max(16, min(BLOCK_L, _floor_pow2(_MAX_KEYS_TILE * (2 if same_kv else 1) // width)))
+    block_l = max(16, min(BLOCK_L, floor_pow2(_MAX_KEYS_TILE * (2 if same_kv else 1) // width)))
     return block_g, block_da, block_db, block_l, triton.cdiv(G, block_g)
 
 
@@ -275,17 +240,6 @@ def _same_kv(k_cache, v_cache):
     D, DV = k_cache.shape[-1], v_cache.shape[-1]
     return (k_cache.data_ptr() == v_cache.data_ptr() and k_cache.shape[:-1] == v_cache.shape[:-1]
             and k_cache.stride() == v_cache.stride() and (DV == D or (DV < D and DV == head_parts(D)[0])))
-
-
-def _floor_pow2(n):
-    return 1 << (max(1, n).bit_length() - 1)
-
-
-def _interpreted():
-    """The Triton interpreter runs the kernels (the CPU tests): the EMULATE helpers make it compute what the
-    GPU does. Not the tensors' device: a compile for sm_90 on a CPU-only machine (tests/hopper_compile.py)
-    holds CPU tensors and must compile the GPU's code."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4, WIDE_WARPS=8):
@@ -313,7 +267,7 @@ def kernel(q, k_cache, v_cache, seq_lens, SPLITS=0, BLOCK_L=64, num_warps=4, WID
     chunk = triton.cdiv(triton.cdiv(L, splits), block_l) * block_l  # whole blocks per piece
     splits = triton.cdiv(L, chunk)  # no piece past L
     direct = splits == 1
-    emulate = _interpreted()
+    emulate = interpreted()
     if direct:  # nothing to merge: the workspace arguments are never touched
         m_ws = s_ws = acc_ws = out
     else:

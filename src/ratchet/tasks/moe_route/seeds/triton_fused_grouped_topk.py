@@ -14,17 +14,16 @@ Rows past T (the last program's tail) load 0.0 logits, compute harmlessly and st
 Not yet measured on a GPU.
 """
 
-import torch
 import triton
 import triton.language as tl
+
+from ratchet.tasks.moe_route.seeds._routing import GROUP_SIZE, N_GROUPS, SCALE, TOPK, TOPK_GROUPS, operands
 
 # A tile holds ROWS * 256 values, ROWS * 256 / (32 * num_warps) per thread, and about five tiles are
 # live. Compiled for sm_90 with Triton 3.6 (not run): ROWS=4 with 4 warps takes 64 registers, ROWS=16
 # with 4 warps 238, and ROWS=16 with 2 warps spills to the stack, hence the constraint.
 SPACE = {"ROWS": [4, 2, 8, 16], "num_warps": [4, 2, 8]}
 CONSTRAINTS = ["ROWS <= 4 * num_warps"]
-
-N_GROUPS, GROUP_SIZE, TOPK_GROUPS, TOPK, SCALE = 8, 32, 4, 8, 2.5
 
 
 @triton.jit
@@ -78,13 +77,8 @@ def _fused_grouped_topk(logits_ptr, bias_ptr, w_ptr, ids_ptr, T, stride_row, sca
 
 
 def kernel(logits, bias, ROWS=4, num_warps=4):
-    if logits.stride(-1) != 1:  # experts are read with unit stride
-        logits = logits.contiguous()
-    bias = bias.contiguous()
-    T, E = logits.shape
-    assert E == N_GROUPS * GROUP_SIZE, "DeepSeek-V3 routing: 256 experts in 8 groups of 32"
-    weights = torch.empty((T, TOPK), dtype=torch.float32, device=logits.device)
-    ids = torch.empty((T, TOPK), dtype=torch.int64, device=logits.device)
+    logits, bias, weights, ids = operands(logits, bias)
+    T = logits.shape[0]
     if T > 0:
         _fused_grouped_topk[(triton.cdiv(T, ROWS),)](
             logits, bias, weights, ids, T, logits.stride(0), SCALE,

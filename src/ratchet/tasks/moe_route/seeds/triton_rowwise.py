@@ -9,13 +9,12 @@ little work each, which is what triton_fused_grouped_topk.py is about.
 Not yet measured on a GPU.
 """
 
-import torch
 import triton
 import triton.language as tl
 
-SPACE = {"num_warps": [1, 2, 4]}
+from ratchet.tasks.moe_route.seeds._routing import GROUP_SIZE, N_GROUPS, SCALE, TOPK, TOPK_GROUPS, operands
 
-N_GROUPS, GROUP_SIZE, TOPK_GROUPS, TOPK, SCALE = 8, 32, 4, 8, 2.5
+SPACE = {"num_warps": [1, 2, 4]}
 
 
 @triton.jit
@@ -63,13 +62,8 @@ def _route_row(logits_ptr, bias_ptr, w_ptr, ids_ptr, stride_row, scale,
 
 
 def kernel(logits, bias, num_warps=1):
-    if logits.stride(-1) != 1:  # experts are read with unit stride
-        logits = logits.contiguous()
-    bias = bias.contiguous()
-    T, E = logits.shape
-    assert E == N_GROUPS * GROUP_SIZE, "DeepSeek-V3 routing: 256 experts in 8 groups of 32"
-    weights = torch.empty((T, TOPK), dtype=torch.float32, device=logits.device)
-    ids = torch.empty((T, TOPK), dtype=torch.int64, device=logits.device)
+    logits, bias, weights, ids = operands(logits, bias)
+    T = logits.shape[0]
     if T > 0:
         _route_row[(T,)](logits, bias, weights, ids, logits.stride(0), SCALE,
                          N_GROUPS=N_GROUPS, GROUP_SIZE=GROUP_SIZE, TOPK_GROUPS=TOPK_GROUPS, TOPK=TOPK,

@@ -21,7 +21,7 @@ THREADS and L2_HINTS reach the source as -D defines; each config is its own cach
 and later evaluations load it.
 """
 
-from ratchet.cuda_build import load_cached
+from ratchet.cuda_build import FLOAT_CONVERSIONS, load_cached
 
 SPACE = {"THREADS": [256, 512, 128, 1024], "L2_HINTS": [1, 0]}
 
@@ -64,18 +64,7 @@ namespace {
 
 constexpr int kThreads = CFG_THREADS;
 static_assert(kThreads % 32 == 0 && kThreads >= 32 && kThreads <= 1024, "THREADS: a multiple of 32 up to 1024");
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
+""" + FLOAT_CONVERSIONS + r"""
 // 16 bytes of T: the unit of the vectorized accesses.
 template <typename T> struct alignas(16) Vec16 { T v[16 / sizeof(T)]; };
 

@@ -8,26 +8,12 @@ fused qkv projection as long as the last dim is contiguous.
 Not yet measured on a GPU.
 """
 
-import torch
 import triton
 import triton.language as tl
 
+from ratchet.tasks.rope.seeds._rotate import operands, rotate_heads
+
 SPACE = {"BLOCK_H": [0, 8, 32], "num_warps": [4, 1, 2, 8]}
-
-
-@triton.jit
-def _rotate_heads(x_ptr, o_ptr, stride_xh, stride_oh, H, HALF, c, s, h0,
-                  BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Rotate heads h0 .. h0 + BLOCK_H of one token; c and s are the token's fp32 [BLOCK_D] rows."""
-    heads = h0 + tl.arange(0, BLOCK_H)
-    dims = tl.arange(0, BLOCK_D)
-    mask = (heads < H)[:, None] & (dims < HALF)[None, :]
-    x1_ptrs = x_ptr + heads[:, None] * stride_xh + dims[None, :]
-    x1 = tl.load(x1_ptrs, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(x1_ptrs + HALF, mask=mask, other=0.0).to(tl.float32)
-    o1_ptrs = o_ptr + heads[:, None] * stride_oh + dims[None, :]
-    tl.store(o1_ptrs, (x1 * c[None, :] - x2 * s[None, :]).to(o_ptr.dtype.element_ty), mask=mask)
-    tl.store(o1_ptrs + HALF, (x2 * c[None, :] + x1 * s[None, :]).to(o_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -39,22 +25,17 @@ def _rope_token(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr,
     c = tl.load(cos_ptr + t * sc_t + dims, mask=dims < HALF, other=0.0).to(tl.float32)
     s = tl.load(sin_ptr + t * ss_t + dims, mask=dims < HALF, other=0.0).to(tl.float32)
     for h0 in range(0, HQ, BLOCK_HQ):
-        _rotate_heads(q_ptr + t * sq_t, qo_ptr + t * sqo_t, sq_h, sqo_h, HQ, HALF, c, s, h0,
-                      BLOCK_H=BLOCK_HQ, BLOCK_D=BLOCK_D)
+        rotate_heads(q_ptr + t * sq_t, qo_ptr + t * sqo_t, sq_h, sqo_h, HQ, HALF, c, s, h0,
+                     BLOCK_H=BLOCK_HQ, BLOCK_D=BLOCK_D)
     for h0 in range(0, HK, BLOCK_HK):
-        _rotate_heads(k_ptr + t * sk_t, ko_ptr + t * sko_t, sk_h, sko_h, HK, HALF, c, s, h0,
-                      BLOCK_H=BLOCK_HK, BLOCK_D=BLOCK_D)
-
-
-def _unit_last(x):
-    return x if x.stride(-1) == 1 else x.contiguous()
+        rotate_heads(k_ptr + t * sk_t, ko_ptr + t * sko_t, sk_h, sko_h, HK, HALF, c, s, h0,
+                     BLOCK_H=BLOCK_HK, BLOCK_D=BLOCK_D)
 
 
 def kernel(q, k, cos, sin, BLOCK_H=0, num_warps=4):
-    q, k, cos, sin = _unit_last(q), _unit_last(k), _unit_last(cos), _unit_last(sin)
+    q, k, cos, sin, q_out, k_out = operands(q, k, cos, sin)
     T, Hq, D = q.shape
     Hkv = k.shape[1]
-    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
     block_hq = min(BLOCK_H or triton.next_power_of_2(Hq), triton.next_power_of_2(Hq))
     block_hk = min(BLOCK_H or triton.next_power_of_2(Hkv), triton.next_power_of_2(Hkv))
     if T > 0:

@@ -20,7 +20,7 @@ THREADS, UNROLL and L2_HINTS reach the source as -D defines; each config is its 
 (ratchet.cuda_build): the first call of a config compiles it, later calls and evaluations load it.
 """
 
-from ratchet.cuda_build import load_cached
+from ratchet.cuda_build import FLOAT_CONVERSIONS, load_cached
 
 SPACE = {"THREADS": [256, 512, 128], "UNROLL": [2, 1, 4], "L2_HINTS": [1, 0]}
 
@@ -68,18 +68,7 @@ constexpr int kThreads = CFG_THREADS;
 constexpr int kUnroll = CFG_UNROLL;
 static_assert(kThreads % 32 == 0 && kThreads >= 32 && kThreads <= 1024, "THREADS: a multiple of 32 up to 1024");
 static_assert(kUnroll >= 1 && kUnroll <= 16, "UNROLL: 1 to 16");
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
+""" + FLOAT_CONVERSIONS + r"""
 // kV values of T moved as one access: 16 bytes on the vector path, one value on the scalar path.
 template <typename T, int kV> struct alignas(sizeof(T) * kV) Pack { T v[kV]; };
 

@@ -42,7 +42,7 @@ import functools
 
 import torch
 
-from ratchet.cuda_build import load_cached
+from ratchet.cuda_build import FLOAT_CONVERSIONS, load_cached
 
 SPACE = {"THREADS": [256, 512, 1024], "PER_THREAD": [32, 64, 16], "MAX_CLUSTER": [8, 4], "SMEM_PER_THREAD": [32, 0]}
 # At most 16384 elements per block in registers: 1024 threads x 32 spill on sm_90, 512 x 64 leave one
@@ -95,16 +95,7 @@ constexpr int kMinBlocks = (kSmemPerThread > 0 && kPerThread <= 32) ? 1024 / kTh
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
+""" + FLOAT_CONVERSIONS + r"""
 // VEC elements at p (16 bytes when VEC * sizeof(T) == 16, else one element) as floats; -inf where masked.
 template <typename T, int VEC>
 __device__ __forceinline__ void load_vec(const T* p, bool ok, float* dst) {

@@ -8,9 +8,10 @@ the GPU idle at small batches: that is what triton_online.py is about.
 Not yet measured on a GPU.
 """
 
-import torch
 import triton
 import triton.language as tl
+
+from ratchet.tasks.softmax.seeds._rows import operands
 
 SPACE = {"BLOCK_N": [0, 4096, 8192, 16384], "num_warps": [8, 4, 16]}
 
@@ -53,10 +54,8 @@ def _softmax_rows(x_ptr, out_ptr, stride_x, stride_out, N,
 
 
 def kernel(x, BLOCK_N=0, num_warps=8):
-    if x.stride(-1) != 1:  # the kernel walks columns with unit stride
-        x = x.contiguous()
+    x, out = operands(x)
     M, N = x.shape
-    out = torch.empty_like(x)
     width = triton.next_power_of_2(max(N, 1))
     if BLOCK_N:
         block = min(BLOCK_N, width)  # a chunk wider than the row only wastes lanes

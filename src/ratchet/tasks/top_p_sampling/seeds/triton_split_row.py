@@ -192,16 +192,24 @@ def _refine(logits_ptr, stride, V, CHUNK, m_ptr, s_ptr, h1_ptr, top_p_ptr, h2_pt
 
 
 @triton.jit
+def _row_decision(rsf_ptr, rsi_ptr, row):
+    """The coarse decision _refine wrote for ``row`` (4 fp32 and 4 int32 slots a row): the row max m, the
+    target mass, and the candidates' coarse cells c1_lo <= cell <= c1."""
+    m = tl.load(rsf_ptr + row * 4)
+    target = tl.load(rsf_ptr + row * 4 + 1)
+    c1 = tl.load(rsi_ptr + row * 4)
+    c1_lo = tl.load(rsi_ptr + row * 4 + 1)
+    return m, target, c1, c1_lo
+
+
+@triton.jit
 def _compact(logits_ptr, stride, V, CHUNK, h2_ptr, n2_ptr, rsf_ptr, rsi_ptr, bm_ptr, cx_ptr, ci_ptr, S, NT,
              S_PAD: tl.constexpr, BLOCK: tl.constexpr, SUB: tl.constexpr, LOG_R: tl.constexpr,
              INV2: tl.constexpr):
     c = tl.program_id(0)
     row = tl.program_id(1)
-    m = tl.load(rsf_ptr + row * 4)
-    target = tl.load(rsf_ptr + row * 4 + 1)
+    m, target, c1, c1_lo = _row_decision(rsf_ptr, rsi_ptr, row)
     a1 = tl.load(rsf_ptr + row * 4 + 2)
-    c1 = tl.load(rsi_ptr + row * 4)
-    c1_lo = tl.load(rsi_ptr + row * 4 + 1)
     cs = tl.arange(0, S_PAD)
     okc = cs < S
     sub = tl.arange(0, SUB)
@@ -280,11 +288,8 @@ def _finish(logits_ptr, stride, V, n2_ptr, rsf_ptr, rsi_ptr, bm_ptr, cx_ptr, ci_
             S_PAD: tl.constexpr, NT_PAD: tl.constexpr, BLOCK: tl.constexpr, SUB: tl.constexpr,
             LOG_R: tl.constexpr, INV2: tl.constexpr, RB: tl.constexpr, BC: tl.constexpr, CAP: tl.constexpr):
     row = tl.program_id(0)
-    m = tl.load(rsf_ptr + row * 4)
-    target = tl.load(rsf_ptr + row * 4 + 1)
+    m, target, c1, c1_lo = _row_decision(rsf_ptr, rsi_ptr, row)
     a2 = tl.load(rsf_ptr + row * 4 + 3)
-    c1 = tl.load(rsi_ptr + row * 4)
-    c1_lo = tl.load(rsi_ptr + row * 4 + 1)
     j2s = tl.load(rsi_ptr + row * 4 + 2)
     cs = tl.arange(0, S_PAD)
     n = tl.sum(tl.load(n2_ptr + (row * S + cs) * SUB + tl.minimum(j2s, SUB - 1), mask=cs < S, other=0), axis=0)
