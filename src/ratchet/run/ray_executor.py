@@ -241,16 +241,17 @@ class RayExecutor:
         losses: list[str] = []
         tried = slot
         for attempt in range(1 + self.settings.retries):
+            if attempt:
+                tried = self._elsewhere(tried)
             try:
                 verdict = self._call(tried, candidate, config, race_bars)
             except _Lost as lost:
                 losses.append(f"{_where(tried)}: {lost}")
-                tried = self._elsewhere(tried)
                 continue
             if losses:
                 verdict["placement"]["retried_after"] = losses
             return verdict
-        return lost_verdict(self.device, losses, time.monotonic() - started, [tried.info])
+        return lost_verdict(self.device, losses, time.monotonic() - started, tried.info)
 
     def _call(self, slot: RaySlot, candidate: Candidate, config: dict, race_bars) -> dict:
         ray = self.ray
@@ -296,12 +297,12 @@ class _Lost(Exception):
     """The evaluation's actor (its process or its node) was lost while judging it."""
 
 
-def lost_verdict(device: str, losses: list[str], wall_s: float, placements: list[dict]) -> dict:
+def lost_verdict(device: str, losses: list[str], wall_s: float, placement: dict) -> dict:
     """The attempt of an evaluation lost twice: an ``error`` with reason ``lost`` and both failures."""
     detail = f"lost {len(losses)} time(s): " + "; ".join(losses)
     return {"verdict": "error", "reasons": [{"code": "lost", "detail": detail[:2000]}], "speedup": None,
             "shapes": [], "judge_wall_s": round(wall_s, 3), "device": device, "device_name": "",
-            "placement": {**_public(placements[-1]), "executor": "ray", "lost": losses}}
+            "placement": {**_public(placement), "executor": "ray", "lost": losses}}
 
 
 def harness_error(device: str, detail: str, info: dict) -> dict:
