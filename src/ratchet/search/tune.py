@@ -76,6 +76,12 @@ class _Study:
     orders: dict  # SPACE key -> its values in the order the study indexes (ordinal keys only)
     tried: dict  # config key -> objective value (None for failed)
     pending: dict  # config key -> optuna trial waiting for its outcome
+    valid_keys: frozenset = frozenset()  # config_key of every valid config, made once
+
+    def __post_init__(self):
+        # Once per study, not per proposal: a space of 8^6 configs cost 3.6 s of JSON a proposal
+        # (benchmarks/probes/driver_cost.py, 2026-12-02), which would make the driver the bottleneck.
+        self.valid_keys = frozenset(config_key(c) for c in self.valid)
 
 
 class TuneProposer:
@@ -149,7 +155,7 @@ class TuneProposer:
                 return None
             s.pending[config_key({})] = None
             return Proposal(s.candidate, {}, proposer=self.name)
-        valid_keys = {config_key(c) for c in s.valid}
+        valid_keys = s.valid_keys
         if s.study is None:
             return self._first_unmeasured(s)
         # Bounded: each loop either proposes, or answers a repeat/invalid suggestion without measuring.
@@ -205,7 +211,7 @@ class TuneProposer:
         s.tried[key] = value
         trial = s.pending.pop(key, None)
         if trial is None:  # replayed from the ledger (resume): teach the study without asking it
-            if s.study is not None and s.candidate.space and key in {config_key(c) for c in s.valid}:
+            if s.study is not None and s.candidate.space and key in s.valid_keys:
                 state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
                 s.study.add_trial(optuna.trial.create_trial(params=self._params(s, proposal.config),
                                                             distributions=self._distributions(s),
