@@ -26,14 +26,15 @@ if __name__ == "__main__" and not __package__:
 
 from benchmarks.common import command_line, record_results
 
-# A candidate with a space the tuner cannot exhaust in a long run (8^6 configs), and the axpby test task.
-CANDIDATE = '''import torch
+# Candidates as a long run has them: many files (an LLM proposer writes one per idea) with a SPACE of
+# 32 configs each, like the built-in seeds' (the largest real SPACE has 42), so that the run does not
+# run out of configs; and the axpby test task.
+CANDIDATE = '''"""Stand-in candidate {index} for the driver-cost probe."""
 
-SPACE = {"A": [0, 1, 2, 3, 4, 5, 6, 7], "B": [0, 1, 2, 3, 4, 5, 6, 7], "C": [0, 1, 2, 3, 4, 5, 6, 7],
-         "D": [0, 1, 2, 3, 4, 5, 6, 7], "E": [0, 1, 2, 3, 4, 5, 6, 7], "F": [0, 1, 2, 3, 4, 5, 6, 7]}
+SPACE = {{"BLOCK": [64, 128, 256, 512], "WARPS": [1, 2, 4, 8], "STAGES": [1, 2]}}
 
 
-def kernel(x, y, a, A=0, B=0, C=0, D=0, E=0, F=0):
+def kernel(x, y, a, BLOCK=64, WARPS=1, STAGES=1):
     return a * x + y
 '''
 TASK = Path(__file__).resolve().parents[2] / "tests" / "data" / "tasks" / "axpby.py"
@@ -70,7 +71,7 @@ class FreeExecutor:
         pass
 
 
-def measure(attempts: int, pipeline: int, window: int, sampler: str = "tpe") -> list[dict]:
+def measure(attempts: int, pipeline: int, window: int, sampler: str = "tpe", files: int = 60) -> list[dict]:
     from ratchet.candidate import load_candidate
     from ratchet.judge import JudgeOptions
     from ratchet.run.ledger import Ledger
@@ -80,16 +81,18 @@ def measure(attempts: int, pipeline: int, window: int, sampler: str = "tpe") -> 
 
     task = load_task(str(TASK))
     with tempfile.TemporaryDirectory(prefix="ratchet-driver-") as tmp:
-        path = Path(tmp) / "wide_space.py"
-        path.write_text(CANDIDATE)
-        candidate = load_candidate(str(path))
+        candidates = []
+        for index in range(files):
+            path = Path(tmp) / f"candidate_{index}.py"
+            path.write_text(CANDIDATE.format(index=index))
+            candidates.append(load_candidate(str(path)))
         ledger = Ledger(Path(tmp) / "ledger.sqlite")
         run = ledger.create_run(task=task.name, task_path=str(TASK), device="cuda", device_name="stand-in GPU",
                                 proposer="tune", budget_attempts=attempts)
-        proposer = TuneProposer([candidate], sampler=sampler)
+        proposer = TuneProposer(candidates, sampler=sampler)
         spent = {"propose": [], "dispatch": [], "commit": []}
         loop = Loop(ledger, run, task, proposer, RunLimits(budget_attempts=attempts),
-                    [JudgeOptions(device="cuda")], candidates=[candidate], counters="off",
+                    [JudgeOptions(device="cuda")], candidates=candidates, counters="off",
                     executor=FreeExecutor(pipeline))
         # propose: the proposer (and its duplicate check); dispatch: the race bars an evaluation takes
         # along (in the loop's threads); commit: keep rule, ledger write, tell, composites.
@@ -128,9 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pipeline", type=int, default=64, help="evaluations in flight (the loop's threads)")
     parser.add_argument("--window", type=int, default=250)
     parser.add_argument("--sampler", choices=["tpe", "random"], default="tpe")
+    parser.add_argument("--files", type=int, default=60, help="candidate files (32 configs each)")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here (what benchmarks.scale_sim reads)")
     args = parser.parse_args(argv)
-    rows = measure(args.attempts, args.pipeline, args.window, args.sampler)
+    if args.attempts > 32 * args.files:
+        parser.error(f"--attempts {args.attempts} is more than {args.files} files of 32 configs hold")
+    rows = measure(args.attempts, args.pipeline, args.window, args.sampler, args.files)
     for row in rows[:-1]:
         print(f"attempts {row['attempts_from']:5d}-{row['attempts_to']:5d}: propose {1e3 * row['propose_s']:7.2f} ms, "
               f"dispatch {1e3 * row['dispatch_s']:6.2f} ms, commit {1e3 * row['commit_s']:7.2f} ms per candidate")
@@ -139,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     command = command_line("benchmarks.probes.driver_cost", argv)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"command": command, "sampler": args.sampler, "rows": rows}, indent=1))
+        args.out.write_text(json.dumps({"command": command, "date": time.strftime("%Y-%m-%d"), "sampler": args.sampler,
+                                        "files": args.files, "rows": rows}, indent=1))
     record_results("driver_cost", rows, device="cpu", command=command)
     return 0
 

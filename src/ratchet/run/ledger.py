@@ -570,11 +570,13 @@ class Ledger:
             ).fetchone()
         return row is not None
 
-    def attempts(self, run_id: str) -> list[dict[str, Any]]:
-        """Every attempt of a run in seq order, JSON fields decoded (``config``, ``reasons``, ...)."""
+    def attempts(self, run_id: str, verdict: str | None = None) -> list[dict[str, Any]]:
+        """Every attempt of a run in seq order, JSON fields decoded (``config``, ``reasons``, ...); with
+        ``verdict``, only those with that verdict (decoding the rest is most of the cost in a long run)."""
+        query = "SELECT * FROM attempts WHERE run_id = ?" + (" AND verdict = ?" if verdict else "") + " ORDER BY seq"
         with self._reading():
             self._require_run(self._conn, run_id)
-            rows = self._conn.execute("SELECT * FROM attempts WHERE run_id = ? ORDER BY seq", (run_id,))
+            rows = self._conn.execute(query, (run_id, verdict) if verdict else (run_id,))
             return [decode_row(row) for row in rows.fetchall()]
 
     def get_attempt(self, attempt_id: int) -> dict[str, Any]:

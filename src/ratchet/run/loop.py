@@ -250,19 +250,30 @@ def judge_in_order(next_item: Callable[[], Any], judge: Callable[[Any, Any], Any
         pipeline = len(judge_options) * (1 + LOOKAHEAD) if judge_options[0].device == "cuda" else 1
     inflight: list[tuple[Any, Future, JudgeOptions]] = []
 
-    def running(options=None) -> int:
-        return sum(1 for _, f, o in inflight if not f.done() and (options is None or o is options))
+    def running_by_slot() -> dict[int, int]:
+        counts = {id(o): 0 for o in judge_options}
+        for _, f, o in inflight:
+            if not f.done():
+                counts[id(o)] += 1
+        return counts
 
     stop = None
     with ThreadPoolExecutor(max_workers=pipeline) as pool:
         while True:
             stop = stop or should_stop(len(inflight))
-            while stop is None and running() < pipeline and len(inflight) < UNCOMMITTED_PIPELINES * pipeline:
+            # Counted once per round, then kept up to date as items go out (an evaluation that ends
+            # meanwhile is counted at the next round): on a cluster of hundreds of slots, counting at every
+            # proposal cost the driver more than proposing (benchmarks/probes/driver_cost.py, 2026-12-02).
+            counts = running_by_slot()
+            total = sum(counts.values())
+            while stop is None and total < pipeline and len(inflight) < UNCOMMITTED_PIPELINES * pipeline:
                 item = next_item()
                 if item is None:
                     break
-                options = min(judge_options, key=running)  # the GPU with the fewest evaluations running
+                options = min(judge_options, key=lambda o: counts[id(o)])  # the slot with the fewest running
                 inflight.append((item, pool.submit(judge, item, options), options))
+                counts[id(options)] += 1
+                total += 1
                 stop = should_stop(len(inflight))
             if not inflight:
                 return stop

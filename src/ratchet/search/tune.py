@@ -76,12 +76,14 @@ class _Study:
     orders: dict  # SPACE key -> its values in the order the study indexes (ordinal keys only)
     tried: dict  # config key -> objective value (None for failed)
     pending: dict  # config key -> optuna trial waiting for its outcome
-    valid_keys: frozenset = frozenset()  # config_key of every valid config, made once
+    keys: tuple = ()  # config_key of each valid config, in the same order, made once
+    valid_keys: frozenset = frozenset()
 
     def __post_init__(self):
         # Once per study, not per proposal: a space of 8^6 configs cost 3.6 s of JSON a proposal
         # (benchmarks/probes/driver_cost.py, 2026-12-02), which would make the driver the bottleneck.
-        self.valid_keys = frozenset(config_key(c) for c in self.valid)
+        self.keys = tuple(config_key(c) for c in self.valid)
+        self.valid_keys = frozenset(self.keys)
 
 
 class TuneProposer:
@@ -187,7 +189,7 @@ class TuneProposer:
             return sum(abs(s.orders[k].index(v) - s.orders[k].index(wanted[k])) / (len(s.orders[k]) - 1)
                        if k in s.orders else float(v != wanted[k]) for k, v in config.items())
 
-        free = [c for c in s.valid if config_key(c) not in s.tried and config_key(c) not in s.pending]
+        free = [c for c, key in zip(s.valid, s.keys) if key not in s.tried and key not in s.pending]
         if not free:
             return None
         config = min(free, key=distance)  # min keeps the first of equals: SPACE order breaks ties
@@ -195,8 +197,7 @@ class TuneProposer:
         return Proposal(s.candidate, config, proposer=self.name)
 
     def _first_unmeasured(self, s: _Study) -> Proposal | None:
-        for config in s.valid:
-            key = config_key(config)
+        for config, key in zip(s.valid, s.keys):
             if key not in s.tried and key not in s.pending:
                 s.pending[key] = None
                 return Proposal(s.candidate, config, proposer=self.name)
