@@ -3,7 +3,9 @@
 Every attempt is written to the ledger before the next is proposed, so a run killed at any moment
 resumes (``ratchet run --resume RUN``) with no finished attempt lost or judged twice: the proposer is
 told the recorded outcomes again and never proposes them. On several GPUs one evaluation runs per GPU
-while the next candidates import and compile; outcomes are committed in proposal order.
+while the next candidates import and compile; outcomes are committed in proposal order. Evaluations go
+through an executor (``run.executor``): this machine's GPUs or CPU, or a Ray cluster's
+(``run.ray_executor``), where the proposer, the keep rule and the ledger stay in this process.
 
 After an attempt on a GPU is kept (a new best; every passing one with ``counters="all"``), ncu profiles
 one call of it (``ratchet.diagnose.ncu``) while the GPU's lock is held exclusively, so no timing runs beside the
