@@ -203,3 +203,26 @@ def test_a_second_loss_is_recorded_as_lost_with_both_failures(tmp_path):
         recorded = ledger.get_attempt(attempt_id)
         assert not decision.keep and recorded["verdict"] == "error" and recorded["reasons"][0]["code"] == "lost"
         assert len(recorded["extra"]["placement"]["lost"]) == 2 and ledger.count_attempts(run) == 1
+
+
+def test_resume_keeps_the_runs_cluster_unless_told_another(tmp_path, monkeypatch):
+    """--resume RUN goes on where the run was started; --resume RUN --executor ray --address B moves it."""
+    from ratchet.run import run_command
+    from ratchet.run.executor import ExecutorChoice, ExecutorError
+
+    asked = []
+
+    def make_executor(choice, task, device, judge_options):
+        asked.append(choice)
+        raise ExecutorError("stand-in: no cluster here")
+
+    monkeypatch.setattr(run_command, "make_executor", make_executor)
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        run = ledger.create_run(task="axpby", task_path=TASK, device="cpu", device_name="cpu", proposer="tune",
+                                budget_attempts=2, options={"seeds": [TUNABLE], "executor": "ray", "address": "a:6379"})
+        for request in (run_command.RunRequest(task=None, resume=run),
+                        run_command.RunRequest(task=None, resume=run, executor=ExecutorChoice("ray", "b:6379"))):
+            with pytest.raises(ExecutorError):
+                run_command.start_or_resume(ledger, request)
+        assert asked == [ExecutorChoice("ray", "a:6379"), ExecutorChoice("ray", "b:6379")]
+        assert ledger.count_attempts(run) == 0 and ledger.get_run(run)["status"] == "running"
