@@ -28,7 +28,7 @@ from ratchet.task import BUILTIN_TASKS_DIR, Task, builtin_task_names, load_task
 AGENT = "agent"  # the proposer name of attempts recorded by outside agents
 # Reason codes an agent's judged attempt never gets: usage errors are refused before judging, and
 # no_code is the LLM proposer's (a model's answer without a candidate file).
-CODES_NOT_FOR_AGENTS = ("bad_input", "no_code")
+CODES_NOT_FOR_AGENTS = ("bad_input", "no_code", "lost")
 
 
 # -- runs -------------------------------------------------------------------------------------------

@@ -171,3 +171,29 @@ def parse_prefill(text: str | None) -> tuple[tuple[int, int], ...] | None:
             raise UsageError("--prefill needs a positive batch and length")
         out.append((b, s))
     return tuple(out)
+
+
+def add_executor_flags(parser) -> None:
+    """--executor and --address of ``ratchet run`` and ``ratchet optimize`` (docs/scale.md)."""
+    parser.add_argument("--executor", choices=["local", "ray"], help="where evaluations run: local (this "
+                        "machine's GPUs or CPU) or ray (one actor per GPU of a Ray cluster; needs Ray: pip "
+                        "install 'ratchet[ray]'). Default: local; with --resume, what the run was started with")
+    parser.add_argument("--address", metavar="ADDR", help="with --executor ray: the cluster's address, e.g. "
+                        "ray://head:10001 or head:6379 (default: $RAY_ADDRESS, a cluster started on this "
+                        "machine with 'ray start', else a new local one)")
+
+
+def executor_choice(args):
+    """The executor the flags ask for (an ExecutorChoice), or None when neither flag was given."""
+    from ratchet.run.executor import ExecutorChoice, ExecutorError
+
+    if args.executor is None and args.address is None:
+        return None
+    if args.address is not None and args.executor != "ray":
+        raise UsageError("--address goes with --executor ray")
+    if args.executor == "ray" and getattr(args, "gpus", None):
+        raise UsageError("--gpus is for the local executor; on a Ray cluster every GPU is used")
+    try:
+        return ExecutorChoice(args.executor, args.address)
+    except ExecutorError as exc:
+        raise UsageError(str(exc)) from None

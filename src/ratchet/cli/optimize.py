@@ -8,7 +8,7 @@ import os
 
 
 def register(sub, parser_class) -> None:
-    from ratchet.cli.common import MODEL_HELP, add_grid_options, add_ledger_option
+    from ratchet.cli.common import MODEL_HELP, add_executor_flags, add_grid_options, add_ledger_option
 
     p = sub.add_parser("optimize", help="make a model faster: profile it, run the ops worth it, gate and stack the "
                        "kernels, all in one resumable campaign", description=(
@@ -36,6 +36,7 @@ def register(sub, parser_class) -> None:
                    "on cpu)")
     p.add_argument("--profile-batch", type=int, metavar="N", help="decode rows profiled (default per size)")
     p.add_argument("--profile-context", type=int, metavar="N", help="context profiled (default per size)")
+    add_executor_flags(p)
     p.add_argument("--resume", metavar="CAMPAIGN", help="continue a stopped or killed campaign")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout at the end")
     p.add_argument("--no-ncu", action="store_true", help="do not profile kept attempts with Nsight Compute")
@@ -46,9 +47,10 @@ def register(sub, parser_class) -> None:
 def cmd_optimize(args) -> int:
     from rich.console import Console
 
-    from ratchet.cli.common import (UsageError, default_size, gates_dir, open_ledger, parse_duration, parse_ints,
-                                    parse_prefill, parse_speedup, resolve_device)
+    from ratchet.cli.common import (UsageError, default_size, executor_choice, gates_dir, open_ledger, parse_duration,
+                                    parse_ints, parse_prefill, parse_speedup, resolve_device)
     from ratchet.e2e.campaign import Campaign, CampaignError, CampaignRequest, resume_campaign, start_campaign
+    from ratchet.run.executor import ExecutorError
 
     if bool(args.resume) == bool(args.model):
         raise UsageError("give either MODEL or --resume CAMPAIGN")
@@ -56,6 +58,7 @@ def cmd_optimize(args) -> int:
         raise UsageError("--budget must be at least 1")
     if args.no_ncu:
         os.environ["RATCHET_NCU"] = "off"
+    choice = executor_choice(args)
     console = Console(stderr=args.json)
     with open_ledger(args.ledger) as ledger:
         try:
@@ -77,13 +80,15 @@ def cmd_optimize(args) -> int:
                     proposer=args.proposer, contexts=parse_ints(args.contexts, "--contexts"),
                     batches=parse_ints(args.batches, "--batches"), prefill=parse_prefill(args.prefill),
                     ops=tuple(o.strip() for o in args.ops.split(",") if o.strip()) if args.ops else None,
-                    profile=profile, llm=llm)
+                    profile=profile, llm=llm, **({"executor": choice.kind, "address": choice.address}
+                                                 if choice is not None else {}))
                 cid = start_campaign(ledger, request)
                 console.print(f"campaign {cid} started: {args.model} on {device}; resume with "
                               f"'ratchet optimize --resume {cid}'", highlight=False)
-            campaign = Campaign(ledger, cid, gates_dir(args.ledger), console)
+            # Given with --resume: the campaign's runs go on on that executor (another cluster, say).
+            campaign = Campaign(ledger, cid, gates_dir(args.ledger), console, executor=choice if args.resume else None)
             summary = campaign.run()
-        except CampaignError as exc:
+        except (CampaignError, ExecutorError) as exc:
             raise UsageError(str(exc)) from None
         except KeyboardInterrupt:
             console.print(f"stopped; resume with: ratchet optimize --resume {cid}")

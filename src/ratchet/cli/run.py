@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from ratchet.cli.common import (UsageError, add_ledger_option, open_ledger, parse_duration, parse_gpus, parse_speedup,
-                                resolve_device)
+from ratchet.cli.common import (UsageError, add_executor_flags, add_ledger_option, executor_choice, open_ledger,
+                                parse_duration, parse_gpus, parse_speedup, resolve_device)
 
 
 def register(sub, parser_class) -> None:
@@ -29,6 +29,7 @@ def register(sub, parser_class) -> None:
                              "per GPU) still finish and are recorded")
     rn.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if present, else cpu")
     rn.add_argument("--gpus", metavar="LIST", help="GPU indices to judge on in parallel, e.g. 0,1 (default: 0)")
+    add_executor_flags(rn)
     rn.add_argument("--no-ncu", action="store_true", help="do not profile kept attempts with Nsight Compute "
                     "(by default each new best on a GPU is profiled once where ncu works, to explain its "
                     "bottleneck class; same as RATCHET_NCU=off)")
@@ -59,6 +60,7 @@ def add_llm_flags(parser) -> None:
 
 
 def cmd_run(args) -> int:
+    from ratchet.run.executor import ExecutorError
     from ratchet.run.run_command import RunRequest, start_or_resume
     from ratchet.search.llm_client import LLMSetupError
 
@@ -66,17 +68,19 @@ def cmd_run(args) -> int:
         raise UsageError("give either TASK or --resume RUN, not both")
     if not args.resume and not args.task:
         raise UsageError("run needs a TASK (or --resume RUN)")
-    device = resolve_device(args.device)
+    choice = executor_choice(args)
+    # On a cluster the GPUs are the cluster's: the driver's machine need not have one.
+    device = args.device if choice is not None and choice.kind == "ray" and args.device else resolve_device(args.device)
     if args.no_ncu:  # read by ratchet.diagnose.ncu.find_ncu in the loop: no profile in this process
         os.environ["RATCHET_NCU"] = "off"
     request = RunRequest(task=args.task, seeds=tuple(args.seed), proposer=args.proposer, sampler=args.sampler,
                          target=parse_speedup(args.target), budget=args.budget, seconds=parse_duration(args.time),
                          device=device, gpus=tuple(parse_gpus(args.gpus, device) or ()), resume=args.resume,
-                         llm=llm_settings(args))
+                         llm=llm_settings(args), executor=choice)
     with open_ledger(args.ledger) as ledger:
         try:
             return start_or_resume(ledger, request)
-        except LLMSetupError as exc:
+        except (LLMSetupError, ExecutorError) as exc:
             raise UsageError(str(exc)) from None
 
 

@@ -63,6 +63,8 @@ class CampaignRequest:
     ops: tuple[str, ...] | None = None  # only these ops (task names, or extracted families like "linear")
     profile: dict = field(default_factory=dict)  # batch, context, prefill, steps for the profile
     llm: dict | None = None  # LLMSettings as a dict, with proposer "llm"
+    executor: str = "local"  # where the runs' evaluations go: "local" or "ray" (docs/scale.md)
+    address: str | None = None  # with "ray": the cluster
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -120,8 +122,11 @@ def share_budget(entries: list[dict], budget: int | None, seconds: float | None)
 
 
 class Campaign:
-    def __init__(self, ledger: Ledger, cid: str, gates_dir: Path, console: Console | None = None) -> None:
+    def __init__(self, ledger: Ledger, cid: str, gates_dir: Path, console: Console | None = None,
+                 executor=None) -> None:
         self.ledger, self.cid, self.gates_dir = ledger, cid, Path(gates_dir)
+        # An ExecutorChoice given on --resume: the runs go on there (another cluster), else where they began.
+        self.executor = executor
         self.console = console or Console()
         row = store.get_campaign(ledger, cid)
         self.request = CampaignRequest(**{**row["options"],
@@ -231,7 +236,8 @@ class Campaign:
             run_id = run["id"] if run is not None else self._create_run(planned)
             self.state["runs"][planned["op"]] = run_id
             self.save()
-            code = start_or_resume(self.ledger, RunRequest(task=None, resume=run_id), console=self.console)
+            code = start_or_resume(self.ledger, RunRequest(task=None, resume=run_id, executor=self.executor),
+                                   console=self.console)
             if code == 130:
                 raise KeyboardInterrupt
         return "every planned op ran its budget"
@@ -261,8 +267,11 @@ class Campaign:
         seeds = load_seeds(task, list(planned["seeds"]), r.device)
         if not seeds:
             raise CampaignError(f"task '{task.name}' has no seeds for {r.device}")
-        gpus = [0] if r.device == "cuda" else []
+        from ratchet.run.executor import ExecutorChoice
+
+        gpus = [0] if r.device == "cuda" and r.executor == "local" else []
         options = {"seeds": [c.path for c in seeds], "sampler": r.sampler, "gpus": gpus, "campaign": self.cid,
+                   **ExecutorChoice(r.executor, r.address).to_options(),
                    "campaign_op": planned["op"], **({"llm": r.llm} if r.proposer == "llm" and r.llm else {})}
         run_id = self.ledger.create_run(task=task.name, task_path=task.source_path or task.name, device=r.device,
                                         device_name=device_name(r.device), proposer=r.proposer,
@@ -290,8 +299,10 @@ class Campaign:
         from ratchet.run.ledger import config_key
 
         r = self.request
+        from ratchet.e2e.gate import gated_best
+
         for op, run in self._runs_by_op().items():
-            best = self.ledger.best(run["id"])
+            best = gated_best(self.ledger, run["id"], r.device)
             if best is None:
                 self.state["gates"][run["id"]] = {"op": op, "verdict": "none", "detail": "no kept kernel"}
                 continue
@@ -355,10 +366,13 @@ class Campaign:
         for p in self.state.get("plan", []):
             run = runs.get(p["op"])
             gate = self.state.get("gates", {}).get(run["id"]) if run else None
+            # One best per kind of device the run was timed on (a cluster of mixed GPUs): never compared.
+            kinds = self.ledger.bests_by_device(run["id"]) if run else {}
             out.append({"op": p["op"], "kind": p["kind"], "score": p["score"], "decode_share": p["decode_share"],
                         "budget": p["budget"], "seconds": p["seconds"], "run": run["id"] if run else None,
                         "status": run["status"] if run else "planned", "attempts": run["attempts"] if run else 0,
                         "best_speedup": run["best_speedup"] if run else None,
+                        "best_by_device": {k: {"seq": b["seq"], "speedup": b["speedup"]} for k, b in kinds.items()},
                         "gate": gate.get("verdict") if gate else None})
         return out
 

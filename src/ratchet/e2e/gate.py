@@ -629,6 +629,18 @@ def _release(device: str) -> None:
         torch.cuda.empty_cache()
 
 
+def gated_best(ledger: Ledger, run_id: str, device: str) -> dict | None:
+    """The kept kernel the gate puts into the model: the run's best timed on this machine's kind of
+    device, when it has one (a run judged on a cluster keeps one best per GPU kind), else its latest best."""
+    from ratchet.hardware.ceilings import device_identity
+
+    try:
+        here = device_identity(device)[0]
+    except Exception:  # no such device here: the gate says so when it runs the model
+        here = None
+    return (ledger.best(run_id, device_name=here) if here else None) or ledger.best(run_id)
+
+
 def run_gate(ledger: Ledger, request: GateRequest, gates_dir: Path, *, policy: StepTimingPolicy | None = None,
              progress: Callable[[str], None] = lambda line: None) -> GateResult:
     """Gate the best kernel of ``request.run`` on its workload; writes and returns the outcome."""
@@ -638,7 +650,7 @@ def run_gate(ledger: Ledger, request: GateRequest, gates_dir: Path, *, policy: S
     if op not in OPS:
         raise GateError(f"run '{request.run}' is on task '{op}', which is no workload op "
                         f"(ops: {', '.join(OPS)}); there is nothing to gate")
-    best = ledger.best(request.run)
+    best = gated_best(ledger, request.run, request.device)
     if best is None:
         raise GateError(f"run '{request.run}' has no kept kernel yet; nothing to gate")
     policy = policy or policy_for(request.device)

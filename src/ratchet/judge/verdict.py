@@ -53,6 +53,9 @@ ERROR_CODES = {
     "box_unavailable": "this machine cannot box candidate code (no Landlock) and the user did not opt out",
     "bad_input": "the task, candidate file or flags are unusable (usage error)",
     "no_code": "a model's answer held no usable candidate file (no code defining kernel, or the call failed)",
+    # Given by the run (never by an evaluation): the judge's process was lost with its cluster worker or
+    # node (run/ray_executor.py), and so was its one retry elsewhere.
+    "lost": "the evaluation was lost with its worker or node, twice (a cluster fault, not the candidate's)",
 }
 
 

@@ -200,7 +200,7 @@ class CompositeProposal:
 
 def propose(ledger: Ledger, run_id: str, task: Task, directory: Path) -> CompositeProposal | None:
     """A composite of the run's per-shape winners not judged yet, written under ``directory``; or None."""
-    routes = winners(ledger.attempts(run_id), ledger.best(run_id))
+    routes = winners(ledger.attempts(run_id, verdict="pass"), ledger.best(run_id))  # only passes can win a shape
     if routes is None:
         return None
     readers, dtype_index = key_readers(task)

@@ -127,6 +127,11 @@ MIGRATIONS: list[str] = [
     """,
 ]
 
+# The kind of device an attempt was timed on: the verdict's ``device_name`` (kept in extra_json); an
+# attempt without one (recorded before names were compared, or never timed) counts as the run's device.
+_ATTEMPT_DEVICE = ("coalesce(nullif(json_extract(a.extra_json, '$.device_name'), ''),"
+                   " (SELECT r.device_name FROM runs r WHERE r.id = a.run_id))")
+
 # Verdict fields stored in columns of their own; the rest of the verdict JSON goes to extra_json.
 _VERDICT_COLUMNS = ("verdict", "reasons", "speedup", "shapes", "judge_wall_s", "config")
 _JSON_COLUMNS = {  # column -> (decoded key, value when NULL)
@@ -565,11 +570,13 @@ class Ledger:
             ).fetchone()
         return row is not None
 
-    def attempts(self, run_id: str) -> list[dict[str, Any]]:
-        """Every attempt of a run in seq order, JSON fields decoded (``config``, ``reasons``, ...)."""
+    def attempts(self, run_id: str, verdict: str | None = None) -> list[dict[str, Any]]:
+        """Every attempt of a run in seq order, JSON fields decoded (``config``, ``reasons``, ...); with
+        ``verdict``, only those with that verdict (decoding the rest is most of the cost in a long run)."""
+        query = "SELECT * FROM attempts WHERE run_id = ?" + (" AND verdict = ?" if verdict else "") + " ORDER BY seq"
         with self._reading():
             self._require_run(self._conn, run_id)
-            rows = self._conn.execute("SELECT * FROM attempts WHERE run_id = ? ORDER BY seq", (run_id,))
+            rows = self._conn.execute(query, (run_id, verdict) if verdict else (run_id,))
             return [decode_row(row) for row in rows.fetchall()]
 
     def get_attempt(self, attempt_id: int) -> dict[str, Any]:
@@ -632,16 +639,37 @@ class Ledger:
         )
         conn.execute("UPDATE runs SET updated_at = ? WHERE id = ?", (now, run_id))
 
-    def best(self, run_id: str) -> dict[str, Any] | None:
-        """The current best attempt of a run (decoded), or None while nothing has been kept."""
+    def best(self, run_id: str, device_name: str | None = None) -> dict[str, Any] | None:
+        """The current best attempt of a run (decoded), or None while nothing has been kept.
+
+        With ``device_name``, the latest best timed on that kind of device (a GPU's name, or the CPU's
+        ``cpu <machine> xN``): the one the keep rule compares an attempt timed there with, so times from
+        different GPU kinds are never compared. Without it, the latest best of any kind."""
+        query = ("SELECT a.* FROM best b JOIN attempts a ON a.id = b.attempt_id WHERE b.run_id = ?"
+                 + (f" AND {_ATTEMPT_DEVICE} = ?" if device_name else "") + " ORDER BY b.id DESC LIMIT 1")
         with self._reading():
             self._require_run(self._conn, run_id)
-            row = self._conn.execute(
-                "SELECT a.* FROM best b JOIN attempts a ON a.id = b.attempt_id"
-                " WHERE b.run_id = ? ORDER BY b.id DESC LIMIT 1",
-                (run_id,),
-            ).fetchone()
+            row = self._conn.execute(query, (run_id, device_name) if device_name else (run_id,)).fetchone()
         return None if row is None else decode_row(row)
+
+    def bests_by_device(self, run_id: str) -> dict[str, dict[str, Any]]:
+        """The latest best of each kind of device the run's attempts were timed on, by device name (one
+        entry for a run on one kind of device)."""
+        query = (f"SELECT {_ATTEMPT_DEVICE} AS kind, a.* FROM best b JOIN attempts a ON a.id = b.attempt_id"
+                 " WHERE b.run_id = ? ORDER BY b.id")
+        with self._reading():
+            self._require_run(self._conn, run_id)
+            rows = self._conn.execute(query, (run_id,)).fetchall()
+        out: dict[str, dict[str, Any]] = {}
+        for row in rows:  # oldest first: the latest of each kind stays
+            decoded = decode_row(row)
+            out[decoded.pop("kind")] = decoded
+        return out
+
+    def count_attempts(self, run_id: str) -> int:
+        """How many attempts a run has (without reading them: the loop asks at every step)."""
+        with self._reading():
+            return self._conn.execute("SELECT count(*) FROM attempts WHERE run_id = ?", (run_id,)).fetchone()[0]
 
     def best_history(self, run_id: str) -> list[dict[str, Any]]:
         """Every change of best, oldest first: ``attempt_id``, ``since_seq``, ``created_at``, and the

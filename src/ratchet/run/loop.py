@@ -3,7 +3,9 @@
 Every attempt is written to the ledger before the next is proposed, so a run killed at any moment
 resumes (``ratchet run --resume RUN``) with no finished attempt lost or judged twice: the proposer is
 told the recorded outcomes again and never proposes them. On several GPUs one evaluation runs per GPU
-while the next candidates import and compile; outcomes are committed in proposal order.
+while the next candidates import and compile; outcomes are committed in proposal order. Evaluations go
+through an executor (``run.executor``): this machine's GPUs or CPU, or a Ray cluster's
+(``run.ray_executor``), where the proposer, the keep rule and the ledger stay in this process.
 
 After an attempt on a GPU is kept (a new best; every passing one with ``counters="all"``), ncu profiles
 one call of it (``ratchet.diagnose.ncu``) while the GPU's lock is held exclusively, so no timing runs beside the
@@ -22,14 +24,15 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ratchet.diagnose import ncu
 from ratchet.candidate import Candidate, load_candidate
-from ratchet.judge import JudgeOptions, evaluate
+from ratchet.judge import JudgeOptions
 from ratchet.judge.device_lock import holding
 from ratchet.run import composite
+from ratchet.run.executor import LOOKAHEAD, Executor, LocalExecutor
 from ratchet.run.keep import race_bar
 from ratchet.run.ledger import Ledger
 from ratchet.run.record import attach_counters, record_and_keep
@@ -37,10 +40,9 @@ from ratchet.search.base import Outcome, Proposal, Proposer
 from ratchet.task import Task
 
 
-# Evaluations in flight per GPU beyond the one being timed. On the H200 an attempt at a microsecond
-# kernel spent ~15 of its ~18 s starting, compiling and checking, and the GPU was busy 12% of a run
-# with one ahead (2026-11-30, benchmarks/probes/loop_throughput.py).
-LOOKAHEAD = 2
+# LOOKAHEAD (run/executor.py): evaluations in flight per GPU beyond the one being timed. On the H200 an
+# attempt at a microsecond kernel spent ~15 of its ~18 s starting, compiling and checking, and the GPU
+# was busy 12% of a run with one ahead (2026-11-30, benchmarks/probes/loop_throughput.py).
 # Judged but not yet committed evaluations wait behind a slower one proposed before them (commits go in
 # proposal order); up to this many pipelines' worth, so one long compile does not idle the other slots.
 UNCOMMITTED_PIPELINES = 2
@@ -82,9 +84,11 @@ class Loop:
     def __init__(self, ledger: Ledger, run_id: str, task: Task, proposer: Proposer, limits: RunLimits,
                  judge_options: list[JudgeOptions], on_event: Callable[[LoopEvent], None] | None = None,
                  candidates: list[Candidate] | None = None, counters: str = "kept", race: bool = True,
-                 composites: bool = True):
+                 composites: bool = True, executor: Executor | None = None):
         self.ledger, self.run_id, self.task, self.proposer = ledger, run_id, task, proposer
         self.limits, self.judge_options = limits, judge_options
+        # Where evaluations run: this machine's GPUs or CPU (judge_options), or a Ray cluster.
+        self.executor = executor or LocalExecutor(judge_options)
         self.on_event = on_event or (lambda event: None)
         self.candidates = {c.sha256: c for c in candidates or []}
         self.failures: Counter = Counter()
@@ -116,8 +120,8 @@ class Loop:
     def run(self) -> LoopResult:
         self.ledger.set_status(self.run_id, "running")
         try:
-            stop = judge_in_order(self._next_proposal, self._judge, self._commit, self.judge_options,
-                                  self._should_stop)
+            stop = judge_in_order(self._next_proposal, self._judge, self._commit, self.executor.slots,
+                                  self._should_stop, pipeline=self.executor.pipeline)
         except KeyboardInterrupt:
             self.ledger.set_status(self.run_id, "stopped", "interrupted (Ctrl-C); resume with --resume")
             raise
@@ -127,7 +131,7 @@ class Loop:
         # run (Ctrl-C, SIGKILL: status still "running") is resumed.
         self.ledger.set_status(self.run_id, "done", stop)
         best = self.ledger.best(self.run_id)
-        return LoopResult(stop or "", len(self.ledger.attempts(self.run_id)), best and best["speedup"], self.failures)
+        return LoopResult(stop or "", self.ledger.count_attempts(self.run_id), best and best["speedup"], self.failures)
 
     def _next_proposal(self) -> Proposal | None:
         if self.pending_composites:
@@ -144,16 +148,20 @@ class Loop:
             self.proposer.tell(proposal, _outcome(attempt))
         return None
 
-    def _judge(self, proposal: Proposal, options: JudgeOptions):
+    def _judge(self, proposal: Proposal, slot):
         preset = getattr(proposal, "preset_verdict", None)  # nothing to judge (an LLM answer without code)
         if preset is not None:
             return dict(preset)
-        if self.race and options.race is None:  # the best when this evaluation starts
-            options = replace(options, race=race_bar(self.ledger.best(self.run_id), self.task))
-        verdict = evaluate(self.task, proposal.candidate, proposal.config, options)
-        return verdict.to_json(with_times=True)
+        return self.executor.judge(self.task, proposal.candidate, proposal.config, slot,
+                                   self._race_bars() if self.race else {})
 
-    def _commit(self, proposal: Proposal, verdict: dict, options: JudgeOptions | None = None):
+    def _race_bars(self) -> dict:
+        """The race bar of each kind of device the run has a best on, read when an evaluation starts: an
+        evaluation races only the best timed on its own kind (keep.race_bar)."""
+        bars = {kind: race_bar(best, self.task) for kind, best in self.ledger.bests_by_device(self.run_id).items()}
+        return {kind: bar for kind, bar in bars.items() if bar is not None}
+
+    def _commit(self, proposal: Proposal, verdict: dict, options=None):
         attempt_id, decision = record_and_keep(
             self.ledger, self.run_id, proposal.candidate, proposal.config, verdict,
             proposal.proposer or self.proposer.name, parent_attempt=proposal.parent_attempt, idea=proposal.idea,
@@ -176,7 +184,8 @@ class Loop:
             speedup=verdict.get("speedup"), reasons=tuple(r["code"] for r in verdict["reasons"]), kept=decision.keep,
             keep_reason=decision.reason, best_speedup=now_best and now_best["speedup"],
             attempts=attempt["seq"], judge_wall_s=verdict.get("judge_wall_s", 0.0)))
-        if options is not None and (decision.keep or self.counters_all):
+        # ncu profiles on this machine's GPUs only (a slot of the local executor), not on a cluster's.
+        if isinstance(options, JudgeOptions) and (decision.keep or self.counters_all):
             self._profile(proposal, verdict, attempt_id, options)
 
     def _queue_composite(self):
@@ -217,7 +226,7 @@ class Loop:
         best = self.ledger.best(self.run_id)
         if self.limits.target_speedup and best and best["speedup"] and best["speedup"] >= self.limits.target_speedup:
             return "target reached"
-        done = len(self.ledger.attempts(self.run_id))
+        done = self.ledger.count_attempts(self.run_id)
         if self.limits.budget_attempts is not None and done + pending >= self.limits.budget_attempts:
             return "attempt budget spent"
         if self.limits.budget_seconds is not None and time.monotonic() - self.started >= self.limits.budget_seconds:
@@ -225,9 +234,10 @@ class Loop:
         return None
 
 
-def judge_in_order(next_item: Callable[[], Any], judge: Callable[[Any, JudgeOptions], Any],
-                   commit: Callable[[Any, Any, JudgeOptions], None], judge_options: list[JudgeOptions],
-                   should_stop: Callable[[int], str | None] = lambda pending: None) -> str | None:
+def judge_in_order(next_item: Callable[[], Any], judge: Callable[[Any, Any], Any],
+                   commit: Callable[[Any, Any, Any], None], judge_options: list,
+                   should_stop: Callable[[int], str | None] = lambda pending: None,
+                   pipeline: int | None = None) -> str | None:
     """Judge items as they come from ``next_item`` (None: nothing to judge now), several at once on a
     GPU, and ``commit`` each outcome in the order the items came; the loop and ``ratchet eval A B ...``
     both judge through it. Returns ``should_stop``'s reason, or None once nothing is left to judge.
@@ -235,24 +245,37 @@ def judge_in_order(next_item: Callable[[], Any], judge: Callable[[Any, JudgeOpti
     Per GPU (one JudgeOptions each), LOOKAHEAD evaluations beside the one being timed: they start,
     import and compile on the CPU cores and share the GPU for their checks, and each waits its turn to be
     timed alone (judge.device_lock). On the CPU one at a time: checks would disturb the timing there.
+    ``judge_options`` may be any slots (an executor's, e.g. Ray actors) given with their ``pipeline``: the
+    most evaluations in flight at once.
     """
-    slots = len(judge_options)
-    pipeline = slots * (1 + LOOKAHEAD) if judge_options[0].device == "cuda" else 1
+    if pipeline is None:
+        pipeline = len(judge_options) * (1 + LOOKAHEAD) if judge_options[0].device == "cuda" else 1
     inflight: list[tuple[Any, Future, JudgeOptions]] = []
 
-    def running(options=None) -> int:
-        return sum(1 for _, f, o in inflight if not f.done() and (options is None or o is options))
+    def running_by_slot() -> dict[int, int]:
+        counts = {id(o): 0 for o in judge_options}
+        for _, f, o in inflight:
+            if not f.done():
+                counts[id(o)] += 1
+        return counts
 
     stop = None
     with ThreadPoolExecutor(max_workers=pipeline) as pool:
         while True:
             stop = stop or should_stop(len(inflight))
-            while stop is None and running() < pipeline and len(inflight) < UNCOMMITTED_PIPELINES * pipeline:
+            # Counted once per round, then kept up to date as items go out (an evaluation that ends
+            # meanwhile is counted at the next round): on a cluster of hundreds of slots, counting at every
+            # proposal cost the driver more than proposing (benchmarks/probes/driver_cost.py, 2026-12-02).
+            counts = running_by_slot()
+            total = sum(counts.values())
+            while stop is None and total < pipeline and len(inflight) < UNCOMMITTED_PIPELINES * pipeline:
                 item = next_item()
                 if item is None:
                     break
-                options = min(judge_options, key=running)  # the GPU with the fewest evaluations running
+                options = min(judge_options, key=lambda o: counts[id(o)])  # the slot with the fewest running
                 inflight.append((item, pool.submit(judge, item, options), options))
+                counts[id(options)] += 1
+                total += 1
                 stop = should_stop(len(inflight))
             if not inflight:
                 return stop

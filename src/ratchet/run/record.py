@@ -23,8 +23,11 @@ def record_and_keep(ledger: Ledger, run_id: str, candidate: Candidate, config: M
     ``attempt_fields`` go to ``Ledger.record_attempt`` as they are (``parent_attempt``, ``idea``,
     token counts). A duplicate (same source and config in the run) raises LedgerError and records
     nothing. Returns the attempt's id and the keep decision (``decision.keep``, ``decision.reason``).
+    The best it is compared with is the latest best timed on the verdict's ``device_name``.
     """
-    best = ledger.best(run_id)  # read before recording: the candidate is compared with the best before it
+    # Read before recording: the candidate is compared with the best before it, timed on the same kind of
+    # device (a run judged on a cluster of mixed GPUs keeps one best per kind; docs/scale.md).
+    best = ledger.best(run_id, device_name=verdict.get("device_name") or None)
     best_verdict = None if best is None else {"verdict": best["verdict"], "shapes": best["shapes"]}
     decision = decide(verdict, best_verdict, candidate.source, best["source"] if best else "")
     # The attempt and its keep decision in one transaction: a kill between the two would leave a win

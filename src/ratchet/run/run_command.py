@@ -10,6 +10,7 @@ from rich.console import Console
 
 from ratchet.judge import JudgeOptions
 from ratchet.judge.device_lock import DeviceLock
+from ratchet.run.executor import ExecutorChoice, make_executor
 from ratchet.run.ledger import Ledger, LedgerError
 from ratchet.run.liveness import this_process
 from ratchet.run.loop import Loop, RunLimits, load_seeds
@@ -31,6 +32,9 @@ class RunRequest:
     gpus: tuple[int, ...] = ()
     resume: str | None = None
     llm: LLMSettings | None = None  # with proposer "llm"
+    # Where evaluations run (--executor, --address). None: local for a new run; on --resume, what the run
+    # was started with (given with --resume, it replaces that: the same run on another cluster).
+    executor: ExecutorChoice | None = None
 
 
 def start_or_resume(ledger: Ledger, request: RunRequest, console: Console | None = None) -> int:
@@ -49,7 +53,8 @@ def start_or_resume(ledger: Ledger, request: RunRequest, console: Console | None
                              target=run["goal_speedup"], budget=run["budget_attempts"],
                              seconds=run["budget_seconds"], device=run["device"],
                              gpus=tuple(options.get("gpus", ())), resume=run["id"],
-                             llm=LLMSettings(**options["llm"]) if options.get("llm") else None)
+                             llm=LLMSettings(**options["llm"]) if options.get("llm") else None,
+                             executor=request.executor or ExecutorChoice.from_options(options))
     task = load_task(request.task)
     candidates = load_seeds(task, list(request.seeds), request.device)
     if not candidates:
@@ -61,11 +66,27 @@ def start_or_resume(ledger: Ledger, request: RunRequest, console: Console | None
         if request.llm is None:
             raise LLMSetupError("--proposer llm needs --llm-model NAME (the model your endpoint serves)")
         chat = make_chat(request.llm)  # checks model and key before a run is created
-    gpus = request.gpus or ((0,) if request.device == "cuda" else ())
+    choice = request.executor or ExecutorChoice()
+    # On a cluster Ray places evaluations on its GPUs; the local GPU list is for the local executor only.
+    gpus = () if choice.kind != "local" else request.gpus or ((0,) if request.device == "cuda" else ())
     # One lock per GPU: checks share it, timing holds it alone (judge.device_lock).
     locks = {g: DeviceLock() for g in gpus}
     judge_options = [JudgeOptions(device=request.device, gpu_index=g, device_lock=locks[g]) for g in gpus] or [
-        JudgeOptions(device="cpu")]
+        JudgeOptions(device=request.device)]
+    # Before a run is created: a cluster that cannot be reached, or has no GPU, is one line and no run.
+    executor = None if choice.kind == "local" else make_executor(choice, task, request.device, judge_options)
+    try:
+        return _start(ledger, request, console, started, task, candidates, chat, choice, executor, judge_options)
+    finally:
+        if executor is not None:
+            executor.close()
+
+
+def _start(ledger: Ledger, request: RunRequest, console, started: float, task, candidates, chat, choice,
+           executor, judge_options) -> int:
+    from ratchet.report.live import RunDisplay
+
+    gpus = [o.gpu_index for o in judge_options if o.gpu_index is not None]
     backup_ledger(ledger)
     owner = this_process()  # once this process is gone, `ratchet runs` says so
     if request.resume:
@@ -74,10 +95,11 @@ def start_or_resume(ledger: Ledger, request: RunRequest, console: Console | None
     else:
         run_id = ledger.create_run(
             task=task.name, task_path=task.source_path or task.name, device=request.device,
-            device_name=_device_name(request.device), proposer=request.proposer, goal_speedup=request.target,
+            device_name=executor.device_names if executor is not None else _device_name(request.device), proposer=request.proposer, goal_speedup=request.target,
             budget_attempts=request.budget, budget_seconds=request.seconds,
             options={"seeds": [c.path for c in candidates], "sampler": request.sampler, "gpus": list(gpus),
-                     **({"llm": asdict(request.llm)} if chat else {})},  # no key: it stays in the environment
+                     **({"llm": asdict(request.llm)} if chat else {}),  # no key: it stays in the environment
+                     **choice.to_options()},
             owner=owner)
     if chat is not None:
         from ratchet.search.llm import LLMProposer, summary
@@ -92,10 +114,12 @@ def start_or_resume(ledger: Ledger, request: RunRequest, console: Console | None
     with RunDisplay(run_id, task.name, request.budget, console) as display:
         # The judge says where each attempt is (phase, shape, elapsed); the display shows it.
         judge_options = [replace(o, progress=display.progress) for o in judge_options]
-        loop = Loop(ledger, run_id, task, proposer, limits, judge_options, on_event=display, candidates=known)
+        loop = Loop(ledger, run_id, task, proposer, limits, judge_options, on_event=display, candidates=known,
+                    executor=executor)
         replayed = loop.replay()
         verb = f"resuming run {run_id} ({replayed} attempts recorded)" if request.resume else f"run {run_id} started"
-        console.print(f"{verb}: {task.name} on {request.device}, {len(candidates)} seed(s), proposer "
+        where = "" if executor is None else f" over a Ray cluster ({len(executor.slots)} actors)"
+        console.print(f"{verb}: {task.name} on {request.device}{where}, {len(candidates)} seed(s), proposer "
                       f"{described}", highlight=False)
         try:
             result = loop.run()
@@ -114,6 +138,10 @@ def start_or_resume(ledger: Ledger, request: RunRequest, console: Console | None
     if best:
         console.print(f"  best: {best['candidate_path']} {best['config']}  ->  ratchet best {run_id} -o best.py",
                       highlight=False)
+    kinds = ledger.bests_by_device(run_id)
+    if len(kinds) > 1:  # timed on several kinds of GPU: one best each, never compared with another kind's
+        for kind, kept in kinds.items():
+            console.print(f"  best on {kind}: #{kept['seq']} {kept['speedup']:.3f}x", highlight=False)
     if chat is not None:
         cost = f"${proposer.cost_spent:.4f}" if request.llm.priced else "cost unknown (no prices given)"
         console.print(f"  model: {len(proposer.calls)} answers, {proposer.tokens_spent} tokens, {cost}",

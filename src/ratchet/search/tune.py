@@ -76,6 +76,14 @@ class _Study:
     orders: dict  # SPACE key -> its values in the order the study indexes (ordinal keys only)
     tried: dict  # config key -> objective value (None for failed)
     pending: dict  # config key -> optuna trial waiting for its outcome
+    keys: tuple = ()  # config_key of each valid config, in the same order, made once
+    valid_keys: frozenset = frozenset()
+
+    def __post_init__(self):
+        # Once per study, not per proposal: a space of 8^6 configs cost 3.6 s of JSON a proposal
+        # (benchmarks/probes/driver_cost.py, 2026-12-02), which would make the driver the bottleneck.
+        self.keys = tuple(config_key(c) for c in self.valid)
+        self.valid_keys = frozenset(self.keys)
 
 
 class TuneProposer:
@@ -149,7 +157,7 @@ class TuneProposer:
                 return None
             s.pending[config_key({})] = None
             return Proposal(s.candidate, {}, proposer=self.name)
-        valid_keys = {config_key(c) for c in s.valid}
+        valid_keys = s.valid_keys
         if s.study is None:
             return self._first_unmeasured(s)
         # Bounded: each loop either proposes, or answers a repeat/invalid suggestion without measuring.
@@ -181,7 +189,7 @@ class TuneProposer:
             return sum(abs(s.orders[k].index(v) - s.orders[k].index(wanted[k])) / (len(s.orders[k]) - 1)
                        if k in s.orders else float(v != wanted[k]) for k, v in config.items())
 
-        free = [c for c in s.valid if config_key(c) not in s.tried and config_key(c) not in s.pending]
+        free = [c for c, key in zip(s.valid, s.keys) if key not in s.tried and key not in s.pending]
         if not free:
             return None
         config = min(free, key=distance)  # min keeps the first of equals: SPACE order breaks ties
@@ -189,8 +197,7 @@ class TuneProposer:
         return Proposal(s.candidate, config, proposer=self.name)
 
     def _first_unmeasured(self, s: _Study) -> Proposal | None:
-        for config in s.valid:
-            key = config_key(config)
+        for config, key in zip(s.valid, s.keys):
             if key not in s.tried and key not in s.pending:
                 s.pending[key] = None
                 return Proposal(s.candidate, config, proposer=self.name)
@@ -205,7 +212,7 @@ class TuneProposer:
         s.tried[key] = value
         trial = s.pending.pop(key, None)
         if trial is None:  # replayed from the ledger (resume): teach the study without asking it
-            if s.study is not None and s.candidate.space and key in {config_key(c) for c in s.valid}:
+            if s.study is not None and s.candidate.space and key in s.valid_keys:
                 state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
                 s.study.add_trial(optuna.trial.create_trial(params=self._params(s, proposal.config),
                                                             distributions=self._distributions(s),
