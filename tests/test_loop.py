@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from one_line_refusal import run_cli
 
 DATA = Path(__file__).parent / "data"
 TASK = str(DATA / "tasks" / "axpby.py")
@@ -39,7 +40,7 @@ def attempts(ledger, run_id):
 def test_resume_after_sigkill_loses_and_repeats_nothing(tmp_path):
     ledger = tmp_path / "ledger.sqlite"
     env = dict(os.environ, RATCHET_LEDGER=str(ledger))
-    budget = 8  # every config of the tunable seed
+    budget = 4  # of the tunable seed's 8 configs: two kills after an attempt each, then the resume's
     rng = random.Random(7)
     killed_at = []
     for _ in range(2):
@@ -74,12 +75,13 @@ def test_resume_after_sigkill_loses_and_repeats_nothing(tmp_path):
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
-def test_resume_of_finished_or_unknown_run_is_a_usage_error(tmp_path):
+def test_resume_of_finished_or_unknown_run_is_a_usage_error(tmp_path, capsys, monkeypatch):
     ledger = tmp_path / "ledger.sqlite"
     first = ratchet("run", TASK, "--seed", TUNABLE, "--device", "cpu", "--budget", "1", ledger=ledger)
     assert first.returncode == 0, first.stderr
     run_id = runs(ledger)[0]["id"]
     size = ledger.stat().st_size
+    monkeypatch.setenv("RATCHET_LEDGER", str(ledger))  # the refusals in this process: none starts a worker
     for args, needle in ((("run", "--resume", run_id), "is finished"),
                          (("run", "--resume", "rnope"), "unknown run"),
                          (("show", "rnope"), "unknown run"),
@@ -89,10 +91,8 @@ def test_resume_of_finished_or_unknown_run_is_a_usage_error(tmp_path):
                          (("run", TASK, "--time", "soon"), "not a duration"),
                          (("run", TASK, "--target", "fast"), "not a speedup"),
                          (("run", TASK, "--budget", "2", "--time", "1h"), "not allowed with")):
-        proc = ratchet(*args, ledger=ledger)
-        assert proc.returncode == 2, (args, proc.stderr)
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and needle in lines[0], (args, proc.stderr)
+        code, _, err = run_cli(capsys, *args)
+        assert code == 2 and err.count("\n") == 1 and needle in err, (args, err)
     assert len(attempts(ledger, run_id)) == 1 and ledger.stat().st_size >= size
 
 
