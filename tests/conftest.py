@@ -44,7 +44,22 @@ def benchmark_results_file(tmp_path, monkeypatch):
     return path
 
 
+# The modules that take longest on two CPU cores (2026-12-02, `--durations=0`), heaviest first. The suite
+# runs two modules at a time (pytest-xdist, --dist loadscope) in collection order: these go first, so the
+# short ones fill in at the end instead of one long module running alone.
+HEAVIEST_MODULES = ("test_triton_seeds_sm90.py", "test_task_top_p.py", "test_loop.py",
+                    "test_task_top_p_sampled_pivots.py", "test_faults.py", "test_redteam.py", "test_durability.py",
+                    "test_task_top_p_split_row.py", "test_judge_basic.py", "test_eval_batch.py", "test_cli.py",
+                    "test_first_use.py", "test_llm_proposer.py", "test_campaign.py", "test_e2e_stack_benchmark.py")
+
+
+def _heaviest_first(items) -> None:
+    rank = {name: i for i, name in enumerate(HEAVIEST_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module's order is kept
+
+
 def pytest_collection_modifyitems(config, items):
+    _heaviest_first(items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

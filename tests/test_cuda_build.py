@@ -18,6 +18,7 @@ import pytest
 import torch
 from torch.utils import cpp_extension
 
+from ratchet import cuda_build
 from ratchet.candidate import load_candidate
 from ratchet.judge import JudgeOptions, evaluate
 from ratchet.judge.worker import classify_exception
@@ -37,6 +38,9 @@ def extensions_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("torch_extensions")
     patch = pytest.MonkeyPatch()
     patch.setenv("TORCH_EXTENSIONS_DIR", str(path))
+    # Builds loaded in this process by earlier test modules (same worker) would be handed back without
+    # touching this module's folder: start from none.
+    patch.setattr(cuda_build, "_LOADED", {})
     yield path
     patch.undo()
 

