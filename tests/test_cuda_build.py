@@ -41,8 +41,29 @@ def extensions_dir(tmp_path_factory):
     # Builds loaded in this process by earlier test modules (same worker) would be handed back without
     # touching this module's folder: start from none.
     patch.setattr(cuda_build, "_LOADED", {})
+    # And as if each was built in another directory (torch then names the next build `<name>_v1`, which
+    # no other process looks for): cuda_build must build the plain name every time.
+    patch.setattr(cpp_extension.JIT_EXTENSION_VERSIONER, "entries", _BuiltElsewhere())
     yield path
     patch.undo()
+
+
+class _BuiltElsewhere(dict):
+    """torch's extension versions, with every name it has not seen built at version 0 from other files,
+    until that name's entry is dropped."""
+
+    def __init__(self):
+        super().__init__()
+        self.dropped = set()
+
+    def get(self, name, default=None):
+        from torch.utils._cpp_extension_versioner import Entry
+
+        return super().get(name, default if name in self.dropped else Entry(0, -1))
+
+    def pop(self, name, *default):
+        self.dropped.add(name)
+        return super().pop(name, *default)
 
 
 @pytest.fixture(scope="module")

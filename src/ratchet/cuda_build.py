@@ -102,6 +102,10 @@ def _build(name, cuda_src, cpp_src, functions, defines, cuda_flags, cpp_flags, n
     with open(directory / "ratchet.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # one builder per directory, across processes
         (directory / "lock").unlink(missing_ok=True)  # torch's baton: stale if we hold the flock
+        # The name is already a hash of everything built. torch would still bump it to `<name>_v1` when a
+        # process builds it a second time in another directory, a file no other process looks for.
+        versioner = getattr(cpp_extension, "JIT_EXTENSION_VERSIONER", None)
+        getattr(versioner, "entries", {}).pop(full, None)
         return cpp_extension.load_inline(
             full, cpp_sources=cpp_src, cuda_sources=cuda_src, functions=list(functions),
             extra_cflags=["-O3", *dflags, *cpp_flags],
