@@ -165,6 +165,31 @@ def test_export_installs_applies_and_falls_back(campaign, tmp_path):
     assert test.returncode == 0 and "1 passed" in test.stdout, test.stdout[-2000:]
 
 
+def test_a_module_with_no_task_is_planned_run_and_reported_not_gated(tmp_path):
+    """Gemma's GELU MLP (no task, no op extractor covers its GELU): the campaign writes its module task,
+    runs its plain-torch seed through the judge, and reports the kernel as not gated, with its speedup."""
+    model = families.write("gemma", tmp_path / "gemma")
+    ledger = tmp_path / "l.sqlite"
+    proc = _ratchet("optimize", str(model), "--device", "cpu", "--budget", "1", "--ops", "GemmaMLP", "--contexts",
+                    "64", "--batches", "1", "--prefill", "1x16", "--json", "--ledger", str(ledger))
+    summary = json.loads(proc.stdout)
+    (op,) = summary["ops"]
+    assert op["kind"] == "module" and op["op"].endswith("_GemmaMLP") and op["status"] == "done"
+    assert op["attempts"] == 1 and op["best_speedup"] > 0
+    # Planned alone, all of the module's decode time is its own: far more than its GELU and product.
+    profile = json.loads(sqlite3.connect(ledger).execute("SELECT profile_json FROM campaigns").fetchone()[0])
+    (entry,) = [m for m in profile["modules_no_task"] if m["name"].endswith("GemmaMLP")]
+    assert op["decode_share"] == pytest.approx(entry["shares"]["decode"])
+    assert op["decode_share"] > entry["uncovered_shares"]["decode"]
+    (gate,) = summary["gates"].values()
+    assert gate["verdict"] == "not gated" and "a module task" in gate["detail"]
+    with sqlite3.connect(ledger) as db:
+        (task_path,) = db.execute("SELECT task_path FROM runs").fetchone()
+    assert Path(task_path).name == "task.py" and Path(task_path).parent.name == op["op"]
+    assert (Path(task_path).parent / "seeds" / "torch_reference.py").exists()
+    assert summary["measured_speedup"] is None and "nothing to stack" in summary["stack"]["detail"]
+
+
 def test_bad_optimize_and_export_input_is_one_line(tmp_path):
     from ratchet.cli import main
 

@@ -64,8 +64,7 @@ def test_top_p_zero_keeps_the_top_tie_group(seed):
     assert tokens[0] in (1, 2) and tokens[1] == 0
 
 
-@pytest.mark.parametrize("shape,draws", [({"B": 64, "V": 1000}, 256), ({"B": 9, "V": 4099}, 36)],
-                         ids=["B64xV1000", "B9xV4099"])
+@pytest.mark.parametrize("shape,draws", [({"B": 9, "V": 4099}, 36)], ids=["B9xV4099"])
 def test_draws_pass_the_task_rule(seed, shape, draws):
     assert RULE.test(_collect(seed.kernel, shape, draws)) == []
 

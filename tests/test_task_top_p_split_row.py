@@ -142,8 +142,10 @@ def _collect(fn, shape, draws, seed=0):
     return pairs
 
 
-@pytest.mark.parametrize("shape,draws", [({"B": 64, "V": 1000}, 256), ({"B": 1, "V": 1000}, 48),
-                                         ({"B": 9, "V": 4099}, 36)], ids=["B64xV1000", "B1xV1000", "B9xV4099"])
+# One row, and rows over several blocks. Many rows at once go through the rule in the judge's own run
+# (test_judge_passes_it_end_to_end, 32 rows) and through the frequency check (64).
+@pytest.mark.parametrize("shape,draws", [({"B": 1, "V": 1000}, 48), ({"B": 9, "V": 4099}, 36)],
+                         ids=["B1xV1000", "B9xV4099"])
 def test_draws_pass_the_task_rule(seed, shape, draws):
     assert RULE.test(_collect(seed.kernel, shape, draws)) == []
 

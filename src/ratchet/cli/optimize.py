@@ -14,7 +14,7 @@ def register(sub, parser_class) -> None:
                        "kernels, all in one resumable campaign", description=(
                            "Profile MODEL, pick the ops worth a run in Amdahl order and share the budget by the gain "
                            "each can still give, run each (the task's seeds, or the plain-torch start of an "
-                           "extracted task), gate every kept kernel on MODEL (decode at the chosen contexts and "
+                           "extracted op or module task), gate every kept kernel on MODEL (decode at the chosen contexts and "
                            "batches, CUDA graphs on a GPU, prefill, logits), stack the gated ones, and stop at the "
                            "target or the budget. Everything is in the ledger; a killed campaign resumes with "
                            "--resume CAMPAIGN where it stopped."))
@@ -29,8 +29,9 @@ def register(sub, parser_class) -> None:
                    "(OPENAI_BASE_URL / OPENAI_API_KEY are honoured)")
     p.add_argument("--llm-base-url", metavar="URL", help="with --proposer llm: the endpoint")
     add_grid_options(p)
-    p.add_argument("--ops", metavar="LIST", help="only these ops: task names (rmsnorm, decode_attention, ...) or "
-                   "extracted families (linear, grouped_mm, prefill_attention, bmm)")
+    p.add_argument("--ops", metavar="LIST", help="only these ops: task names (rmsnorm, decode_attention, ...), "
+                   "extracted families (linear, grouped_mm, prefill_attention, bmm) or the classes of the model's "
+                   "modules with no task (GemmaMLP, Qwen3MoeSparseMoeBlock; `ratchet profile MODEL` lists them)")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if present, else cpu")
     p.add_argument("--size", choices=["full", "tiny"], help="built-in workloads' size (default: full on cuda, tiny "
                    "on cpu)")

@@ -3,9 +3,13 @@
 Stages, each recorded in the ledger (``ratchet.run.campaigns``) before the next starts:
 
 1. profile: the model's decode and prefill steps (``ratchet.e2e.profile``); the ops worth a run are the
-   built-in tasks the model calls and the extractable ops with no task (task files written by
-   ``ratchet.e2e.extract`` under ``<ledger dir>/campaigns/<id>/tasks``), each from ``MIN_SCORE`` of the
-   weighted step time on, in Amdahl order (largest share first);
+   built-in tasks the model calls, the extractable ops with no task (task files written by
+   ``ratchet.e2e.extract`` under ``<ledger dir>/campaigns/<id>/tasks``) and the model's own modules that
+   run ops neither covers (an MoE block, a GELU MLP: task files whose reference is the module, written by
+   ``ratchet.e2e.extract_module`` beside them), each from ``MIN_SCORE`` of the weighted step time on, in
+   Amdahl order (largest share first). When other ops are planned too, a module's share in the
+   projection is only its time in ops no task or extractor covers (its GEMMs may be planned as
+   ``linear``), so no time counts twice; planned alone (``--ops GemmaMLP``), it is all of its time;
 2. plan: the attempt budget (or the time) is shared by the gain each op can still give: its share of
    the step, which is what Amdahl's law says making it free saves. Every planned op gets at least one
    attempt; when the budget is smaller than the ops, the largest shares go first. When an op's run
@@ -17,8 +21,8 @@ Stages, each recorded in the ledger (``ratchet.run.campaigns``) before the next 
    started twice, and the loop's ledger discipline keeps its attempts whole;
 4. gate: every run's best kernel on the user's model (``ratchet.e2e.gate``: decode at the chosen
    contexts and batches, CUDA graphs on a GPU, prefill, logits). Extracted tasks (GEMMs, prefill
-   attention, grouped GEMMs) run outside the op registry, so their kernels cannot be gated in the model
-   and are reported as such;
+   attention, grouped GEMMs) and module tasks run outside the op registry, so their kernels cannot be
+   gated in the model and are reported as such, with their own speedup;
 5. stack: the kernels that passed, applied together (``ratchet.e2e.stack``): the measured speed-up.
 
 The campaign stops proposing once the model's projected speed-up (Amdahl over the op shares with each
@@ -60,7 +64,7 @@ class CampaignRequest:
     contexts: tuple[int, ...] | None = None
     batches: tuple[int, ...] | None = None
     prefill: tuple[tuple[int, int], ...] | None = None
-    ops: tuple[str, ...] | None = None  # only these ops (task names, or extracted families like "linear")
+    ops: tuple[str, ...] | None = None  # only these: task names, extracted families ("linear"), module classes
     profile: dict = field(default_factory=dict)  # batch, context, prefill, steps for the profile
     llm: dict | None = None  # LLMSettings as a dict, with proposer "llm"
     executor: str = "local"  # where the runs' evaluations go: "local" or "ray" (docs/scale.md)
@@ -73,7 +77,7 @@ class CampaignRequest:
 @dataclass(frozen=True)
 class PlannedOp:
     op: str  # the task name (built-in) or the extracted task's name
-    kind: str  # "builtin" | "extracted"
+    kind: str  # "builtin" | "extracted" | "module"
     task: str  # what ratchet run takes: a built-in name or a task file
     seeds: tuple[str, ...]  # () = the task's own seeds for the device
     score: float
@@ -166,6 +170,7 @@ class Campaign:
 
     def profile_and_plan(self) -> None:
         from ratchet.e2e.extract import extract_tasks
+        from ratchet.e2e.extract_module import extract_module_tasks, module_task_name
         from ratchet.e2e.profile import ProfileError, profile_workload
 
         r = self.request
@@ -191,6 +196,18 @@ class Campaign:
                 entries.append({"op": e.name, "kind": "extracted", "task": e.path, "seeds": [e.seed],
                                 "family": e.family, "score": ranked.score,
                                 "decode_share": ranked.shares.get("decode", ranked.score)})
+        if prof.modules_no_task:
+            written, skipped = extract_module_tasks(prof, self.folder / "tasks", force=True)
+            tasks = {e.name: e for e in written}
+            for s in skipped:
+                self.say(f"campaign {self.cid}: module {s.name} has no task: {s.why}")
+            for ranked in prof.modules_no_task:
+                e = tasks.get(module_task_name(prof.workload, ranked.name))
+                if e is not None:
+                    entries.append({"op": e.name, "kind": "module", "task": e.path, "seeds": [e.seed],
+                                    "family": ranked.name.rsplit(".", 1)[-1], "score": ranked.score,
+                                    "decode_share": ranked.uncovered_shares.get("decode", 0.0),
+                                    "module_share": ranked.shares.get("decode", 0.0)})
         if r.ops:  # asked for by name: taken whatever their share
             entries = [e for e in entries if e["op"] in r.ops or e.get("family") in r.ops]
             if not entries:
@@ -199,6 +216,9 @@ class Campaign:
             entries = [e for e in entries if e["score"] >= MIN_SCORE]
         if not entries:
             raise CampaignError(f"{r.model}: no op takes {MIN_SCORE:.1%} of a step; nothing to optimize")
+        if all(e["kind"] == "module" for e in entries):  # nothing else planned: all of its time is its own
+            for e in entries:
+                e["decode_share"] = e["module_share"]
         entries.sort(key=lambda e: -e["score"])
         budget = r.budget if r.budget is not None or r.seconds is not None else DEFAULT_BUDGET
         self.state["plan"] = share_budget(entries, budget, r.seconds)
@@ -301,15 +321,18 @@ class Campaign:
         r = self.request
         from ratchet.e2e.gate import gated_best
 
+        kinds = {p["op"]: p["kind"] for p in self.state["plan"]}
+
         for op, run in self._runs_by_op().items():
             best = gated_best(self.ledger, run["id"], r.device)
             if best is None:
                 self.state["gates"][run["id"]] = {"op": op, "verdict": "none", "detail": "no kept kernel"}
                 continue
             if run["task"] not in OPS:
-                self.state["gates"][run["id"]] = {
-                    "op": op, "verdict": "not gated", "detail": "an extracted task: the model runs this op outside "
-                    "the op registry, so its kernel cannot be put into the model"}
+                what = "a module task: the gate swaps ops in the op registry, not whole modules" if kinds.get(op) \
+                    == "module" else "an extracted task: the model runs this op outside the op registry"
+                self.state["gates"][run["id"]] = {"op": op, "verdict": "not gated",
+                                                  "detail": f"{what}, so its kernel cannot be put into the model"}
                 continue
             done = read_gate(self.gates_dir, run["id"], r.model, r.size, r.device)
             if done and (done["attempt"]["source_sha256"], done["attempt"]["config_key"]) == (

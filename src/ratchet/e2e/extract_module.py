@@ -61,12 +61,17 @@ def extract_module_tasks(profile: Profile, out_dir: str | Path, *, force: bool =
         return written, skipped
     for entry in profile.modules_no_task:
         records = [r for r in ranges.records if r.group == entry.name]
-        name = f"{_stem(profile.workload)}_{entry.name.rsplit('.', 1)[-1].replace('#', '_')}"
+        name = module_task_name(profile.workload, entry.name)
         try:
             written.append(_extract_one(profile, entry, records, Path(out_dir) / name, name, force))
         except ModuleExtractError as exc:
             skipped.append(Skipped(entry.name, str(exc)))
     return written, skipped
+
+
+def module_task_name(workload: str, group: str) -> str:
+    """The task written for module group ``group`` (a qualified class, ``#n`` for a variant) of ``workload``."""
+    return f"{_stem(workload)}_{group.rsplit('.', 1)[-1].replace('#', '_')}"
 
 
 # -- what the task must remake --------------------------------------------------------------------------
