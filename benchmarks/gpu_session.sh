@@ -122,12 +122,17 @@ for stage in $STAGES; do
              timeout "${E2E_S:-560}" python -m benchmarks.e2e_stack --runs ${E2E_RUNS:?set E2E_RUNS} \
                --ledger "$OUT/e2e_in/ledger.sqlite" --workloads llama deepseek --contexts 32768 8192 \
                --gate-contexts 1024 8192 32768 --out "$OUT/e2e" ${E2E_ARGS:-} > "$OUT/e2e.log" 2>&1 ;;
+    # The judge over a long run (flat host and GPU memory, no slowdown, no process left), as many attempts
+    # of the rmsnorm_decode seeds as fit in LONG_S (LONG_ARGS=--no-timing for correctness-only attempts).
+    long_run) timeout $(( ${LONG_S:-300} + 60 )) python -m benchmarks.probes.long_run_memory --task "$DECODE" \
+             --attempts "${LONG_ATTEMPTS:-200}" --seconds "${LONG_S:-300}" ${LONG_ARGS:-} --out "$OUT/long_run" \
+             > "$OUT/long_run.log" 2>&1 ;;
     *) echo "unknown stage $stage" ;;
   esac
   echo "== $stage: exit $? in $(( $(date +%s) - t0 )) s"
 done
 grep -h -E "^(PASSED|FAILED|ERROR|SKIPPED) |Timeout" "$OUT/pytest_gpu.log" 2>/dev/null | sort | uniq -c | sort -rn | head -5
-for f in smoke.log pytest_gpu.log eval_rmsnorm.err eval_seeds.md search_efficiency.md loop_throughput.txt guard_cost.md \
+for f in smoke.log long_run.log pytest_gpu.log eval_rmsnorm.err eval_seeds.md search_efficiency.md loop_throughput.txt guard_cost.md \
          judge_phase_costs.md all/eval_seeds.md runs/runs.md suite/suite.md largest/suite.md e2e/e2e_stack.md \
          search_decode/search_efficiency.md search/search_efficiency.md; do
   [ -f "$OUT/$f" ] && { echo "== $f"; tail -20 "$OUT/$f"; }

@@ -9,6 +9,7 @@ and its judges) and, on CUDA, the device's used memory (total minus free, all pr
 processes left under this one (keepers, workers: there must be none).
 
     python -m benchmarks.probes.long_run_memory --task rmsnorm --attempts 200 --out out/
+    python -m benchmarks.probes.long_run_memory --task benchmarks/tasks/rmsnorm_decode.py --no-timing --seconds 240
     python -m benchmarks.probes.long_run_memory --task tests/data/tasks/axpby.py --seeds tests/data/candidates/axpby_honest.py \
         --device cpu --attempts 5
 
@@ -141,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", default="rmsnorm")
     parser.add_argument("--seeds", nargs="*", default=None, help="candidate files (default: the task's seeds)")
     parser.add_argument("--attempts", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="also stop after this much wall time (a device call's limit); the table covers what ran")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--no-timing", action="store_true", help="correctness only (each attempt much shorter)")
     parser.add_argument("--max-growth-mib", type=float, default=256.0)
@@ -149,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.attempts < 1:
         parser.error("--attempts must be at least 1")
+    if args.seconds is not None and args.seconds <= 0:
+        parser.error("--seconds must be positive")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda needs a CUDA GPU, and this machine has none")
     try:
@@ -168,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         options = [JudgeOptions(device=args.device, time_it=not args.no_timing)]
         copies = Path(tmp) / "attempts"
         copies.mkdir()
-        loop = Loop(ledger, run_id, task, CyclingProposer(candidates, copies), RunLimits(budget_attempts=args.attempts),
+        loop = Loop(ledger, run_id, task, CyclingProposer(candidates, copies), RunLimits(budget_attempts=args.attempts, budget_seconds=args.seconds),
                     options, on_event=sampler, candidates=candidates, counters="off")
         result = loop.run()
     wall = time.perf_counter() - started
