@@ -118,3 +118,24 @@ def test_check_compiles_cuda_cpp_with_nvcc(tmp_path, capsys):
     assert main(["check", str(task), str(tmp_path / "broken.py"), "--json"]) == 1
     broken = json.loads(capsys.readouterr().out)
     assert "error" in broken["kernels"][0]["message"] and "twice_ext.cu" in broken["kernels"][0]["message"]
+
+
+GPU_ONLY_BRANCH = CANDIDATE.replace('''    _branchy[grid](x, out, x.numel(), BLOCK=BLOCK)''', '''    if x.numel() > 2048:  # only the GPU shape (N 4096) takes this path; the CPU one (N 1000) does not
+        _branchy[grid](x, out, x.numel(), BLOCK=BLOCK)''')
+assert GPU_ONLY_BRANCH != CANDIDATE
+
+
+@pytest.mark.slow
+def test_a_path_taken_only_at_gpu_sizes_is_compiled_with_gpu_shapes(tmp_path, capsys):
+    """By default only the CPU shapes' launches are compiled; --shapes gpu launches the GPU's shapes too."""
+    task, cand = tmp_path / "task.py", tmp_path / "cand.py"
+    task.write_text(TASK)
+    cand.write_text(GPU_ONLY_BRANCH)
+    assert main(["check", str(task), str(cand), "--json"]) == 0
+    on_cpu = json.loads(capsys.readouterr().out)
+    assert [k["kernel"] for k in on_cpu["kernels"]] == ["_twice"] and on_cpu["ok"]
+    assert main(["check", str(task), str(cand), "--shapes", "gpu", "--json"]) == 1
+    on_gpu = json.loads(capsys.readouterr().out)
+    by_name = {k["kernel"]: k for k in on_gpu["kernels"]}
+    assert set(by_name) == {"_twice", "_branchy"} and by_name["_twice"]["ok"]
+    assert "Mismatched type for acc between then block" in by_name["_branchy"]["message"]

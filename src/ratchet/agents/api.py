@@ -372,10 +372,13 @@ Goal of this run: {goal}. Device: `{device}` ({run.get('device_name', '')}).{cpu
 2. Write one candidate file (rules below), e.g. `candidates/{task.name}_001.py`. Change one thing at a time.
 3. Before spending GPU time, on any machine: check correctness on the CPU shapes
    (`TRITON_INTERPRET=1 ratchet eval {spec} FILE --device cpu --no-timing --json`) and, for Triton or
-   CUDA C++, that it compiles for the GPU (`ratchet check {spec} FILE --arch {arch}`). Fix what fails.
+   CUDA C++, that it compiles for the GPU (`ratchet check {spec} FILE --arch {arch}`, and with
+   `--shapes gpu` if your code branches on sizes the CPU shapes do not reach). Fix what fails.
 4. Judge it and record it in the run:
    `ratchet eval {spec} candidates/{task.name}_001.py --run {rid}{lf} --json`
    (`--config '{{"BLOCK": 1024}}'` picks a point of its SPACE; `--idea ID` links the attempt to an idea).
+   With `--json`, stdout holds exactly one JSON object, for errors too; the line on stderr is for people
+   (read stdout alone: `2>&1` mixes them).
 5. Read the verdict: `verdict` (pass / fail / error), `reasons` (codes below, with details), `speedup`
    (weighted geometric mean over the shapes, against the reference timed beside it), per-shape rows in
    `shapes`, and `kept` / `keep_reason` (whether it became the run's best, and why or why not).
@@ -445,6 +448,11 @@ The reference (`{task.source_path}`):
   or values, no behaving differently in warm-up, on checked calls or when profiled, no touching timers,
   the harness or the result channel, no lower precision than the dtype allows, no special cases for the
   public shapes. The judge checks outputs of random timed calls and held-out shapes; such tricks fail.
+- Allowed, as in any serving stack: scratch buffers (`torch.empty`) made in each call or kept between
+  calls and refilled each call; lookup tables built once from shapes or constants (not from input
+  values); several launches; cross-program cooperation inside one launch (atomics, a grid-wide barrier
+  on a counter the same launch resets), if it cannot deadlock when fewer programs are resident than the
+  grid holds. Not allowed: reusing a result across calls (outputs are checked on random timed calls).
 - Do not edit Ratchet, its task files or the ledger. A run judges with its own task file and device;
   `--allow` and `--no-timing` are refused with `--run`.
 - A result faster than the device's measured ceilings allow is rejected (`beyond_roofline`): be

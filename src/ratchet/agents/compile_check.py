@@ -9,8 +9,9 @@ failed to compile on the H200 (2026-12-01). So this check compiles instead of in
   shapes and dtypes with ``JITFunction.run`` replaced: each launch is not run but compiled, with the
   launch's own argument types, alignment specialization and constexprs, for ``GPUTarget("cuda", CC, 32)``
   through Triton's stages to PTX and then to a cubin with the ``ptxas`` Triton ships. An autotuned kernel
-  compiles every config. Kernels launched with other constexprs on the GPU's shapes (a block size from
-  a larger H) are not seen; the launches of the CPU shapes are.
+  compiles every config. By default the CPU shapes are launched, so a kernel or a constexpr chosen only
+  at the GPU's sizes (a wider block for a larger H, a second path above some T) is not seen; with
+  ``shapes="gpu"`` the public GPU shapes are launched, their inputs made in host memory.
 - CUDA C++ handed to ``ratchet.cuda_build.load_cached`` or ``torch.utils.cpp_extension.load_inline`` is
   compiled with ``nvcc -arch=sm_XXa`` and torch's headers where ``nvcc`` is installed; else the report says
   plainly that it cannot be checked here.
@@ -75,13 +76,15 @@ def parse_arch(arch: str) -> int:
 
 
 def check_candidate(task_spec: str, candidate_path: str, arch: str = "sm_90", config: dict | None = None,
-                    timeout_s: float = 600.0) -> CheckReport:
-    """Compile every kernel the candidate launches on the task's CPU shapes for ``arch``."""
+                    timeout_s: float = 600.0, shapes: str = "cpu") -> CheckReport:
+    """Compile every kernel the candidate launches for ``arch``, on the task's CPU shapes or, with
+    ``shapes="gpu"``, on its public GPU shapes (their inputs made in host memory: launches never run, so
+    only the wrapper's own torch code touches them; branches taken only at GPU sizes are compiled too)."""
     capability = parse_arch(arch)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton's default, stated: silences its warning
     cmd = [sys.executable, "-m", "ratchet.agents.compile_check", task_spec, candidate_path, str(capability),
-           json.dumps(config or {})]
+           json.dumps(config or {}), shapes]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
@@ -276,6 +279,7 @@ def _main(argv: list[str]) -> int:
     from ratchet.task import load_task
 
     task_spec, candidate_path, capability, config = argv[0], argv[1], int(argv[2]), json.loads(argv[3])
+    shape_device = "cuda" if argv[4:] == ["gpu"] else "cpu"
     notes: list[str] = []
     error = None
     capture = _Capture(capability)
@@ -293,7 +297,7 @@ def _main(argv: list[str]) -> int:
         kernel = task = None
     if kernel is not None:
         for dtype in task.dtypes:
-            for shape in task.cpu.public:
+            for shape in task.shape_set(shape_device).public:
                 inputs = task.make_inputs(shape, dtype, "cpu", torch.Generator().manual_seed(0))
                 before = len(capture.results) + len(capture.cuda_sources)
                 try:
@@ -311,7 +315,8 @@ def _main(argv: list[str]) -> int:
                 break
     capture.compile_cuda(notes)
     if error is None and not capture.results:
-        notes.append("no Triton kernel or CUDA C++ build was launched on the CPU shapes: nothing to compile")
+        where = "GPU" if shape_device == "cuda" else "CPU"
+        notes.append(f"no Triton kernel or CUDA C++ build was launched on the {where} shapes: nothing to compile")
     report = CheckReport(f"sm_{capability}", list(capture.results.values()), notes, error)
     print(_MARK + json.dumps(report.to_json()), flush=True)
     return 0

@@ -72,7 +72,10 @@ def compile_check(spec: str, arch: str = "sm_90") -> str:
     return (f"`ratchet check {spec} FILE --arch {arch}` compiles every `@triton.jit` kernel the file launches "
             "(on the CPU shapes, with the types and constexprs of its real launches) through Triton's compiler "
             f"to PTX and `ptxas` for {arch}, without a GPU; CUDA C++ with `nvcc` where it is installed. A file "
-            "that fails here would fail on the GPU: fix it before spending GPU time.")
+            "that fails here would fail on the GPU: fix it before spending GPU time. Add `--shapes gpu` to "
+            "launch the GPU's shapes instead (inputs in host memory, launches never run): a path or a "
+            "constexpr your code picks only at GPU sizes (a wider block, another kernel above some T) is "
+            "compiled only then, and the CPU correctness check never runs it.")
 
 
 def cuda_cpp_rule() -> str:

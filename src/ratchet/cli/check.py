@@ -9,7 +9,8 @@ import json
 def register(sub, parser_class) -> None:
     ck = sub.add_parser("check", help="compile a candidate's Triton kernels (and CUDA C++) for a GPU architecture, "
                         "no GPU needed", description=(
-                            "Call the candidate's kernel(...) on the task's CPU shapes with every Triton launch "
+                            "Call the candidate's kernel(...) on the task's CPU shapes (--shapes gpu: its GPU "
+                            "shapes, so branches taken only at GPU sizes compile too) with every Triton launch "
                             "replaced by a compile for --arch (Triton to PTX, then ptxas, with the launch's own "
                             "types and constexprs; every config of an autotuned kernel) and CUDA C++ given to "
                             "ratchet.cuda_build.load_cached or load_inline compiled with nvcc where it is "
@@ -21,6 +22,10 @@ def register(sub, parser_class) -> None:
     ck.add_argument("--arch", default="sm_90", metavar="SM", help="target architecture (default: sm_90, the H100 "
                     "and H200)")
     ck.add_argument("--config", metavar="JSON", help="one point of the candidate's SPACE (default: its first values)")
+    ck.add_argument("--shapes", choices=["cpu", "gpu"], default="cpu",
+                    help="the task's shape set to launch on (default: cpu). gpu: the public GPU shapes, their "
+                    "inputs made in host memory (large shapes take host memory and seconds each; launches "
+                    "never run)")
     ck.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ck.set_defaults(func=cmd_check)
 
@@ -40,7 +45,7 @@ def cmd_check(args) -> int:
     task = load_task(args.task)  # a bad task or candidate is one line before any subprocess starts
     candidate = load_candidate(args.candidate)
     config = candidate.resolve_config(parse_config(args.config))
-    report = check_candidate(task.source_path or args.task, candidate.path, args.arch, config)
+    report = check_candidate(task.source_path or args.task, candidate.path, args.arch, config, shapes=args.shapes)
     if args.json:
         print(json.dumps(report.to_json()))
     else:
