@@ -24,7 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import mannwhitneyu
 
 from ratchet.judge.timing import summarize
 
@@ -85,6 +84,10 @@ def race_decision(entry: RaceShape, bar: RaceBar, cand_us: list[float], ref_us: 
     slower = float(np.median(cand) / med)
     if slower <= threshold:
         return None
+    # Imported here, not at the top: every judge worker imports this module (through ratchet.judge), and
+    # scipy.stats took 0.7 s of each worker's start on the CPU (2026-12-02).
+    from scipy.stats import mannwhitneyu
+
     p = float(mannwhitneyu(cand, best, alternative="greater").pvalue)
     if p >= bar.alpha:
         return None

@@ -60,6 +60,14 @@ class Harness:
         if msg.get("candidate") is None:
             self.kernel = self.task.reference  # the reference, timed in a worker of its own
         else:
+            if self.task.forbidden:
+                # torch.profiler (the first call's check of forbidden ops, only for a candidate of a task
+                # that forbids some) imports torch._dynamo on first use: ~1.2 s of its module code inside
+                # the call, which the heartbeat would take for a compile and so let a hang right after it
+                # run on as one. Imported here, before any call, it is not in a call at all; a worker that
+                # never profiles (the reference's, or any of a task without forbidden ops) skips its
+                # 1.8 s (CPU, 2026-12-02).
+                importlib.import_module("torch._dynamo")  # not `import torch._dynamo`: that binds a local torch
             module = _import_candidate(msg["candidate"])
             if msg.get("kind") == "kernelbench":
                 from ratchet.kernelbench import kernel_from_modelnew
@@ -570,11 +578,6 @@ def main():
     # The candidate's prints must not reach the judge's stdout (the JSON channel).
     sys.stdout = sys.stderr
     threading.excepthook = lambda args: None
-    # torch.profiler (the first call's check of forbidden ops) imports torch._dynamo on first use: ~1.2 s
-    # of its module code inside the call, which the heartbeat would take for a compile and so let a hang
-    # right after it run on as one. Imported here, before any call, it is not in a call at all.
-    import torch._dynamo  # noqa: F401
-
     heartbeat = None
     if args.beat is not None:
         heartbeat = Heartbeat(args.beat)
