@@ -53,6 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--busy", action="store_true", help="keep every core busy with a spinning process meanwhile")
     parser.add_argument("--jobs", type=int, default=2, help="untimed evaluations at a time (default 2)")
     parser.add_argument("--only", default=None, help="only candidates whose name contains this")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="stop after the round in which this much wall time is spent (the count covers what ran)")
     parser.add_argument("--seed", type=int, default=0, help="the order of the evaluations in each round")
     parser.add_argument("--out", default=None, help="also write the counts to this JSON file")
     return parser.parse_args(argv)
@@ -131,6 +133,7 @@ def run(args) -> dict:
     results: list[dict] = []
     burners = start_burners(24 * 3600) if args.busy else []
     started = time.perf_counter()
+    done_rounds = 0
     try:
         for r, order in enumerate(plan):
             untimed = [h for h in order if not h.timed]
@@ -138,13 +141,17 @@ def run(args) -> dict:
                 results += list(pool.map(lambda h: judge(h, args.device), untimed))
             results += [judge(h, args.device) for h in order if h.timed]
             rejects = sum(res["verdict"] != "pass" or bool(res["codes"]) for res in results)
+            done_rounds = r + 1
             print(f"round {r + 1}/{rounds}: {len(results)} evaluations, {rejects} false rejects, "
                   f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+            if args.seconds is not None and time.perf_counter() - started >= args.seconds:
+                print(f"stopped after round {r + 1}: --seconds {args.seconds:g} spent", file=sys.stderr, flush=True)
+                break
     finally:
         for p in burners:
             p.kill()
             p.wait()
-    return summarize(results, candidates, rounds, args, time.perf_counter() - started)
+    return summarize(results, candidates, done_rounds, args, time.perf_counter() - started)
 
 
 def summarize(results: list[dict], candidates: list[Honest], rounds: int, args, wall_s: float) -> dict:
@@ -187,6 +194,8 @@ def main(argv=None) -> int:
     try:
         if args.evaluations < 1:
             raise ValueError(f"--evaluations wants a positive number, got {args.evaluations}")
+        if args.seconds is not None and args.seconds <= 0:
+            raise ValueError(f"--seconds wants a positive number, got {args.seconds:g}")
         if args.jobs < 1:
             raise ValueError(f"--jobs wants a positive number, got {args.jobs}")
         if args.device == "cuda":
