@@ -56,3 +56,30 @@ def test_honest_candidates_pass_while_the_cores_are_busy(busy_cores, task, candi
     assert v.verdict == "pass" and codes == [], v.reasons
     timed = [s for s in v.shapes if s.median_us]
     assert timed and all(s.floor_us is not None and s.median_us > s.floor_us for s in timed)
+
+
+@pytest.mark.parametrize("load, hidden_us, refused", [
+    (0.5, 1008.0, True),   # a quiet machine: 1 ms the reference never shows is hidden work
+    (4.0, 1008.0, False),  # every core taken: a time slice lost at each wake-up, as measured on 2026-12-02
+    (4.0, 6000.0, True),   # taken cores excuse a slice, not 6 ms of work in every call
+])
+def test_the_outside_clock_allows_a_time_slice_only_when_every_core_is_taken(monkeypatch, load, hidden_us, refused):
+    """The lower quartiles of the two workers' per-call overheads differ by ``hidden_us`` with tight IQRs
+    (13 us together): the shape of the false reject seen with two suites on two cores."""
+    from types import SimpleNamespace
+
+    from ratchet.judge.evaluation import Abort, Evaluation
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    ref = [50.0 + (i % 4) * 2 for i in range(40)]
+    overhead = {"ref": ref, "cand": [x + hidden_us for x in ref]}
+    check = lambda: Evaluation._clock_check(SimpleNamespace(device="cpu"), 71.6, overhead, {"cand": [], "ref": []},
+                                            "shape {'T': 7}")
+    if refused:
+        with pytest.raises(Abort) as caught:
+            check()
+        assert [r.code for r in caught.value.reasons] == ["clock_mismatch"]
+        assert f"{hidden_us:.0f} us per call seen by the outside clock" in caught.value.reasons[0].detail
+    else:
+        check()

@@ -133,7 +133,7 @@ def run(args) -> dict:
     results: list[dict] = []
     burners = start_burners(24 * 3600) if args.busy else []
     started = time.perf_counter()
-    done_rounds = 0
+    done_rounds = reported = 0
     try:
         for r, order in enumerate(plan):
             untimed = [h for h in order if not h.timed]
@@ -141,6 +141,11 @@ def run(args) -> dict:
                 results += list(pool.map(lambda h: judge(h, args.device), untimed))
             results += [judge(h, args.device) for h in order if h.timed]
             rejects = sum(res["verdict"] != "pass" or bool(res["codes"]) for res in results)
+            for res in results[reported:]:  # each false reject as soon as its round ends: a long count may be cut
+                if res["verdict"] != "pass" or res["codes"]:
+                    print(f"false reject: {res['name']}: {res['verdict']} {res['codes']}: {res['detail']}",
+                          file=sys.stderr, flush=True)
+            reported = len(results)
             done_rounds = r + 1
             print(f"round {r + 1}/{rounds}: {len(results)} evaluations, {rejects} false rejects, "
                   f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)

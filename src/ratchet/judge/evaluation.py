@@ -54,6 +54,12 @@ RECHECK_ATTEMPTS = 3
 CLOCK_SLACK_US = {"cpu": 1000.0}  # on CUDA the device clock is used instead (_clock_check)
 # On the CPU, also this many times the summed IQRs of both workers' per-call overheads (a busy machine).
 CLOCK_SPREAD_FACTOR = 2.0
+# On a CPU machine with every core taken (1-minute load average at least the core count), at least this:
+# each wake-up of a worker then waits for a time slice, which shifted even the lower quartile of an
+# honest candidate's per-call overhead 1008 us above the reference's with their IQRs adding to 13 us
+# (2026-12-02, the rmsnorm CPU seed, two test suites at once on two cores), so the spread rule alone
+# does not cover it. Hidden work is still caught beyond this, and a task's real times are a GPU's.
+BUSY_CLOCK_SLACK_US = 4000.0
 # On CUDA the device's own clock gives a tighter check: the time from the kernel's end event to the
 # end of all device work (after a device-wide synchronize), against the reference's.
 # 20 us falsely rejected honest Triton kernels on the H200 (medians 57 and 85 us apart, 2026-11-30).
@@ -725,11 +731,21 @@ class Evaluation:
         hidden = _quartile(overhead["cand"]) - _quartile(overhead["ref"])
         spread = _iqr(overhead["cand"]) + _iqr(overhead["ref"])
         slack = max(2 * cand_median_us, CLOCK_SLACK_US[self.device], CLOCK_SPREAD_FACTOR * spread)
+        if hidden > slack and _cores_taken():
+            slack = max(slack, BUSY_CLOCK_SLACK_US)
         if hidden > slack:
             raise Abort([Reason("clock_mismatch",
                                 f"{label}: {hidden:.0f} us per call seen by the outside clock beyond the "
                                 f"kernel's timed {cand_median_us:.1f} us (allowed {slack:.0f} us; the "
                                 f"overheads' IQRs add to {spread:.0f} us)")])
+
+
+def _cores_taken() -> bool:
+    """Every core busy on average over the last minute (the load average counts runnable processes)."""
+    try:
+        return os.getloadavg()[0] >= (os.cpu_count() or 1)
+    except OSError:  # no load average on this OS
+        return False
 
 
 def _note_hold(verdict: Verdict, row: ShapeResult, mode: str, timed: dict):
