@@ -74,8 +74,10 @@ def test_the_outside_clock_allows_a_time_slice_only_when_every_core_is_taken(mon
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     ref = [50.0 + (i % 4) * 2 for i in range(40)]
     overhead = {"ref": ref, "cand": [x + hidden_us for x in ref]}
-    check = lambda: Evaluation._clock_check(SimpleNamespace(device="cpu"), 71.6, overhead, {"cand": [], "ref": []},
-                                            "shape {'T': 7}")
+
+    def check():
+        Evaluation._clock_check(SimpleNamespace(device="cpu"), 71.6, overhead, {"cand": [], "ref": []}, "shape {'T': 7}")
+
     if refused:
         with pytest.raises(Abort) as caught:
             check()

@@ -140,9 +140,9 @@ def run(args) -> dict:
             with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
                 results += list(pool.map(lambda h: judge(h, args.device), untimed))
             results += [judge(h, args.device) for h in order if h.timed]
-            rejects = sum(res["verdict"] != "pass" or bool(res["codes"]) for res in results)
+            rejects = sum(map(is_false_reject, results))
             for res in results[reported:]:  # each false reject as soon as its round ends: a long count may be cut
-                if res["verdict"] != "pass" or res["codes"]:
+                if is_false_reject(res):
                     print(f"false reject: {res['name']}: {res['verdict']} {res['codes']}: {res['detail']}",
                           file=sys.stderr, flush=True)
             reported = len(results)
@@ -159,19 +159,24 @@ def run(args) -> dict:
     return summarize(results, candidates, done_rounds, args, time.perf_counter() - started)
 
 
+def is_false_reject(res: dict) -> bool:
+    """An honest candidate's verdict that is not a clean pass."""
+    return res["verdict"] != "pass" or bool(res["codes"])
+
+
 def summarize(results: list[dict], candidates: list[Honest], rounds: int, args, wall_s: float) -> dict:
     by_code: Counter = Counter()
     who: dict[str, Counter] = defaultdict(Counter)
     examples: dict[str, str] = {}
     for res in results:
-        if res["verdict"] == "pass" and not res["codes"]:
+        if not is_false_reject(res):
             continue
         for code in res["codes"] or ["no_reason"]:
             key = f"{res['verdict']} {code}"
             by_code[key] += 1
             who[key][res["name"]] += 1
             examples.setdefault(key, f"{res['name']}: {res['detail']}")
-    false_rejects = sum(res["verdict"] != "pass" or bool(res["codes"]) for res in results)
+    false_rejects = sum(map(is_false_reject, results))
     return {"evaluations": len(results), "false_rejects": false_rejects, "by_code": dict(by_code),
             "candidates_by_code": {k: dict(v) for k, v in who.items()}, "examples": examples,
             "candidates": [h.name for h in candidates], "rounds": rounds, "device": args.device, "busy": args.busy,

@@ -173,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         options = [JudgeOptions(device=args.device, time_it=not args.no_timing)]
         copies = Path(tmp) / "attempts"
         copies.mkdir()
-        loop = Loop(ledger, run_id, task, CyclingProposer(candidates, copies), RunLimits(budget_attempts=args.attempts, budget_seconds=args.seconds),
+        limits = RunLimits(budget_attempts=args.attempts, budget_seconds=args.seconds)
+        loop = Loop(ledger, run_id, task, CyclingProposer(candidates, copies), limits,
                     options, on_event=sampler, candidates=candidates, counters="off")
         result = loop.run()
     wall = time.perf_counter() - started
