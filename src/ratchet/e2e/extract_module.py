@@ -157,8 +157,9 @@ def _init_kwargs(module: nn.Module, path: str, config) -> dict:
         elif p.name == "layer_idx" and (getattr(module, "layer_idx", None) is not None or layer_of(path) is not None):
             kwargs["layer_idx"] = getattr(module, "layer_idx", None) if getattr(module, "layer_idx", None) is not None \
                 else layer_of(path)
-        elif isinstance(getattr(module, p.name, None), _SCALARS) and not isinstance(
+        elif hasattr(module, p.name) and isinstance(getattr(module, p.name), _SCALARS) and not isinstance(
                 getattr(type(module), p.name, None), property):
+            # hasattr first: None is a scalar here, and a missing attribute (Embedding's `_weight`) is not one
             kwargs[p.name] = getattr(module, p.name)
         elif p.default is not p.empty:
             continue
