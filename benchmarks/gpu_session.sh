@@ -66,6 +66,30 @@ run_goals() {
     [ -f "$f" ] && grep -E "^\| (decode_attention|top_p|moe_route|softmax) " "$f"
   done
 }
+last_campaign() {  # the newest campaign id in ledger $1, nothing when there is none
+  [ -f "$1" ] && python -c "import sqlite3, sys
+try: print(sqlite3.connect(sys.argv[1]).execute('select id from campaigns order by rowid desc limit 1').fetchone()[0])
+except Exception: pass" "$1"
+}
+# The campaign keeps its model folder and gate files by absolute path, so it lives in one fixed folder,
+# packed into $OUT/campaign.tgz at the end and unpacked from CAMPAIGN_IN (that file) to resume.
+CAMPAIGN_DIR=/tmp/ratchet-campaign
+run_campaign() {
+  local deadline=$(( $(date +%s) + ${CAMPAIGN_S:-540} )) W=$CAMPAIGN_DIR ledger=$CAMPAIGN_DIR/ledger.sqlite
+  local model=$CAMPAIGN_DIR/model id
+  mkdir -p "$W" && [ -n "${CAMPAIGN_IN:-}" ] && tar -xzf "$CAMPAIGN_IN" -C /
+  python -c "from ratchet.e2e.models import families; families.write('${CAMPAIGN_MODEL:-qwen3_moe}', '$model', 'full', ${CAMPAIGN_LAYERS:-4})"
+  id=$(last_campaign "$ledger")
+  # Resuming takes the campaign's own settings; the model folder is rewritten at the same path.
+  timeout $(( deadline - $(date +%s) - 60 )) python -m ratchet optimize ${id:+--resume "$id"} \
+    $([ -z "$id" ] && echo "$model ${CAMPAIGN_ARGS:---budget 6 --contexts 8192 --batches 1,32 --prefill none}") \
+    --device cuda --no-ncu --ledger "$ledger" --json > "$OUT/campaign.json" 2> "$OUT/campaign.log"
+  echo "== campaign: exit $? (124: cut by the stage's time; run it again with CAMPAIGN_IN to resume)"
+  id=$(last_campaign "$ledger")
+  [ -n "$id" ] && python -m ratchet export "$id" -o "$W/pkg" --ledger "$ledger" >> "$OUT/campaign.log" 2>&1
+  tar -czf "$OUT/campaign.tgz" -C / "${W#/}"
+  tail -3 "$OUT/campaign.log"
+}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv | tee "$OUT/smi.txt"
 for stage in $STAGES; do
   t0=$(date +%s)
@@ -127,13 +151,23 @@ for stage in $STAGES; do
     long_run) timeout $(( ${LONG_S:-300} + 60 )) python -m benchmarks.probes.long_run_memory --task "$DECODE" \
              --attempts "${LONG_ATTEMPTS:-200}" --seconds "${LONG_S:-300}" ${LONG_ARGS:-} --out "$OUT/long_run" \
              > "$OUT/long_run.log" 2>&1 ;;
+    # The bring-your-own-model chain on a transformers config (CAMPAIGN_MODEL, default qwen3_moe at full
+    # width with CAMPAIGN_LAYERS layers): ratchet optimize, resumed from CAMPAIGN_IN when it holds a
+    # campaign (a run cut by the call's limit goes on where it stopped), then ratchet export.
+    campaign) run_campaign ;;
+    # Decode tokens/s of the full-width models four ways in one run (E2E_MODELS_ARGS), with a package
+    # (EXPORT) applied for the ratchet rows when there is one: the campaign stage's, or CAMPAIGN_IN's.
+    e2e_models) pkg=${EXPORT:-$CAMPAIGN_DIR/pkg}
+             [ -n "${CAMPAIGN_IN:-}" ] && [ ! -d "$CAMPAIGN_DIR" ] && tar -xzf "$CAMPAIGN_IN" -C /
+             timeout "${E2E_MODELS_S:-560}" python -m benchmarks.e2e_models --out "$OUT/e2e_models" \
+               $([ -f "$pkg/pyproject.toml" ] && echo --export "$pkg") ${E2E_MODELS_ARGS:-} > "$OUT/e2e_models.log" 2>&1 ;;
     *) echo "unknown stage $stage" ;;
   esac
   echo "== $stage: exit $? in $(( $(date +%s) - t0 )) s"
 done
 grep -h -E "^(PASSED|FAILED|ERROR|SKIPPED) |Timeout" "$OUT/pytest_gpu.log" 2>/dev/null | sort | uniq -c | sort -rn | head -5
 for f in smoke.log long_run.log pytest_gpu.log eval_rmsnorm.err eval_seeds.md search_efficiency.md loop_throughput.txt guard_cost.md \
-         judge_phase_costs.md all/eval_seeds.md runs/runs.md suite/suite.md largest/suite.md e2e/e2e_stack.md \
+         judge_phase_costs.md all/eval_seeds.md runs/runs.md suite/suite.md largest/suite.md e2e/e2e_stack.md e2e_models/e2e_models.md \
          search_decode/search_efficiency.md search/search_efficiency.md; do
   [ -f "$OUT/$f" ] && { echo "== $f"; tail -20 "$OUT/$f"; }
 done

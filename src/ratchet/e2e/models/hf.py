@@ -13,6 +13,7 @@ row of a batch therefore holds the same number of tokens; the built-in benches a
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,10 @@ class HFDecoder(nn.Module):
         self.config = HFConfigView(vocab=text.vocab_size, dtype=param.dtype, eps=float(eps),
                                    model_type=getattr(text, "model_type", "model"), n_layers=text.num_hidden_layers)
         self._layer_dims: list[tuple[int, int, int]] | None = None
+        # transformers 5.24 names the cache argument ``cache`` (``past_key_values`` deprecated); 5.17 has
+        # only ``past_key_values``, and there a ``cache=`` is swallowed by ``**kwargs``, unused.
+        params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
 
     # -- the cache -------------------------------------------------------------------------------------
     def _static_cache(self, batch: int, max_len: int):
@@ -69,12 +74,13 @@ class HFDecoder(nn.Module):
         # see allocations, and the KVCache view needs the tensors. One token through the model does it.
         with torch.no_grad():  # not inference mode: fill_random and the gate write these tensors later
             tokens = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
-            self.hf(input_ids=tokens, cache=cache, use_cache=True,
+            self.hf(input_ids=tokens, **{self._cache_arg: cache}, use_cache=True,
                     cache_position=torch.zeros(1, dtype=torch.long, device=self.device))
         for layer in cache.layers:
             layer.keys.zero_()
             layer.values.zero_()
-            layer.cumulative_length.zero_()
+            if getattr(layer, "cumulative_length", None) is not None:  # 5.24's write position (5.17 has none)
+                layer.cumulative_length.zero_()
         return cache
 
     def layer_dims(self) -> list[tuple[int, int, int]]:
@@ -104,7 +110,7 @@ class HFDecoder(nn.Module):
             raise ValueError(f"prefill of {S} tokens does not fit a cache of {cache.max_len}")
         positions = torch.arange(S, device=tokens.device)
         _set_write_position(cache, 0)
-        out = self.hf(input_ids=tokens, cache=cache.static, use_cache=True, cache_position=positions,
+        out = self.hf(input_ids=tokens, **{self._cache_arg: cache.static}, use_cache=True, cache_position=positions,
                       position_ids=positions[None].expand(B, S), logits_to_keep=0 if all_logits else 1)
         cache.seq_lens.fill_(S)
         logits = out.logits.float()
@@ -115,7 +121,7 @@ class HFDecoder(nn.Module):
         """One token per row ([B] int64) at the cache's next position; advances seq_lens in place."""
         positions = cache.seq_lens.long()
         _set_write_position(cache, cache.seq_lens[0])
-        out = self.hf(input_ids=tokens[:, None], cache=cache.static, use_cache=True,
+        out = self.hf(input_ids=tokens[:, None], **{self._cache_arg: cache.static}, use_cache=True,
                       cache_position=positions[:1], position_ids=positions[:, None])
         cache.seq_lens.add_(1)
         return out.logits[:, -1].float()
