@@ -154,7 +154,9 @@ def _row(args) -> dict:
     device, size = args.device, "tiny" if args.tiny else "full"
     n_layers = _layers_that_fit(family, batch, context, device, args.layers, args.tiny)
     cfg = families.config(family, size, n_layers=n_layers)
-    cfg._experts_implementation = "grouped_mm" if device == "cuda" else "eager"
+    if getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None):
+        # transformers' fastest experts path on a GPU (a dense model refuses the setting)
+        cfg._experts_implementation = "grouped_mm" if device == "cuda" else "eager"
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)

@@ -52,8 +52,11 @@ class StatisticalRule:
     The judge calls the kernel on fresh inputs until ``draws(shape)`` summed over calls reaches
     ``min_draws`` (at most ``max_calls`` calls), then hands every ``(inputs, outputs)`` pair of the shape
     to ``test``, with tensors on the CPU. ``test`` returns failure details (an empty list passes).
-    ``test`` must reject at no more than ``false_reject_rate`` when the kernel is honest; the judge
-    applies it to each shape, so the evaluation's rate is at most that times the number of shapes.
+    ``test`` must reject at no more than ``false_reject_rate`` when the kernel is honest. The judge applies
+    it to each shape's correctness calls and to its timed calls, pooled; a failure is confirmed on a second,
+    independent set of calls (a second measurement for the timed ones) before the candidate is rejected,
+    so an honest kernel fails an application at the square of that rate, while a bias the test sees once
+    it sees again.
     """
 
     test: Callable[[list[tuple[tuple, tuple]]], list[str]]

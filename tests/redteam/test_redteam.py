@@ -88,7 +88,9 @@ GAPS = {
         "two CPU cores ~1.1 ms of noise was seen once before it. On CUDA the same check ranged -1930 to +812 us run to run and "
         "rejected honest kernels on the H200 (2026-11-29/30), so it is gone there: the events bound hidden host "
         "work beyond the launch hold, and the gap, census and deferred-write checks see work after the return. "
-        "What remains: noise that shifts one worker's lower quartile without widening its spread"),
+        "A failed check is measured again and rejects only when the second measurement fails too (since "
+        "2026-12-03). What remains: noise that shifts one worker's lower quartile without widening its spread, "
+        "twice in a row"),
 }
 
 CHEATS = [

@@ -463,7 +463,8 @@ def _check_rule(t: Task) -> str:
 
     if isinstance(t.check, StatisticalRule):
         return ("statistical: sampled outputs must follow the task's distribution (tested per shape, false-reject "
-                f"rate {t.check.false_reject_rate:g}); greedy or approximate sampling fails.")
+                f"rate {t.check.false_reject_rate:g}, a failure confirmed on fresh draws before it rejects); greedy "
+                "or approximate sampling fails.")
     if callable(t.check):
         return f"the task's own check `{getattr(t.check, '__name__', 'check')}` against the reference."
     tol = "; ".join(f"{_dtype_name(d)} atol {v.atol:g} rtol {v.rtol:g}" for d, v in t.tolerances.items()

@@ -140,6 +140,9 @@ class Evaluation:
         # first_profiled instead when that call was the one run under the profiler (CUPTI starts in it).
         self.correctness_parts = {"first_call": 0.0, "first_launch": 0.0, "first_profiled": 0.0, "calls": 0.0,
                                   "checks": 0.0}
+        # Noise-prone checks that failed once and passed when repeated (_check_shape, _time_mode): said in
+        # the verdict's notes, whatever the verdict.
+        self.confirmations: list[str] = []
 
     # -- the whole evaluation --------------------------------------------------------------------
     def run(self) -> Verdict:
@@ -181,6 +184,7 @@ class Evaluation:
             for worker in (self.cand, self.ref):
                 if worker is not None:
                     worker.close()
+        verdict.notes.extend(self.confirmations)
         verdict.verdict = verdict_from_reasons(verdict.reasons)
         if verdict.verdict == "pass" and verdict.shapes:
             verdict.speedup = weighted_geomean_speedup(verdict.shapes)
@@ -298,10 +302,30 @@ class Evaluation:
         if rule:
             calls = max(2, min(rule.max_calls, math.ceil(rule.min_draws / max(1, rule.draws(shape)))))
         label = f"{'held-out ' if held_out else ''}shape {shape} {str(dtype).removeprefix('torch.')}"
-        pairs = []
         # One call per shape, at random, runs under the profiler (forbidden ops): profiling every call
         # cost ~1 s per evaluation on the CPU (docs/NOTES.md).
         profiled = self.rng.randrange(calls) if self.task.forbidden else -1
+        pairs = self._check_calls(shape, dtype, calls, label, rule is not None, profiled)
+        if not rule:
+            return
+        details = rule.test(pairs)
+        if not details:
+            return
+        # An honest sampler fails the test at its false-reject rate by chance; a biased one fails again on
+        # fresh draws. Rejecting only when a second, independent set fails too makes the honest rate the
+        # square of the rule's (1e-8 for 1e-4), while a bias the test sees once it sees twice.
+        again = rule.test(self._check_calls(shape, dtype, calls, label, True, -1))
+        if again:
+            raise Abort([Reason("statistical", f"{label}: {d} (and on a second, independent set of draws)")
+                         for d in again])
+        self.confirmations.append(f"{label}: the distribution test failed once ({details[0]}) and passed on a "
+                                  "second, independent set of draws")
+
+    def _check_calls(self, shape: dict, dtype: torch.dtype, calls: int, label: str, statistical: bool,
+                     profiled: int) -> list:
+        """``calls`` calls of the candidate on fresh inputs, each checked against the reference (values) or
+        kept as an (inputs, outputs) pair for the statistical rule; call ``profiled`` under the profiler."""
+        pairs = []
         while len(pairs) < calls:
             # The first call of an evaluation goes alone: it compiles, and gets the long time limit.
             count = 1 if self.first_call else min(CHECK_BATCH, calls - len(pairs))
@@ -334,12 +358,9 @@ class Evaluation:
                     self._raise_on_flags(result, label)
                     self._forbidden(result.get("ops"), label)
                     pairs.append(self._verify(shape, dtype, sub["seed"], result, label,
-                                              statistical=rule is not None, fingerprint_seed=sub["fingerprint_seed"]))
+                                              statistical=statistical, fingerprint_seed=sub["fingerprint_seed"]))
             self.correctness_parts["checks"] += time.perf_counter() - checking
-        if rule:
-            details = rule.test(pairs)
-            if details:
-                raise Abort([Reason("statistical", f"{label}: {d}") for d in details])
+        return pairs
 
     def _verify(self, shape, dtype, seed, fetched, label, statistical: bool, sample: dict | None = None,
                 scalars: tuple | None = None, fingerprint_seed: int | None = None):
@@ -599,32 +620,61 @@ class Evaluation:
         # measurement (on the H200, 2026-11-30, decode_attention's eager reference needed 4-8x on every
         # shape and the restarts made timing 107 of an evaluation's 150 s).
         extra["hold_scale"] = starting_hold_scale(warm_launches)
-        pending = []  # timed calls whose outputs are checked after timing, restarts included
         race = self.opts.race.entry(shape, str(dtype).removeprefix("torch."), mode) if self.opts.race else None
+        pending = []  # timed calls whose outputs are checked after timing, restarts included
+        run = self._measure_held(shape, dtype, label, extra, pending, race)
+        doubt = self._noisy_failure(shape, dtype, run, pending, label, scalars)
+        if doubt is not None:
+            # Two checks here reject honest kernels at a small rate: the outside clock (a worker that lost a
+            # time slice) and a sampling task's distribution test (chance). Hidden work and a biased sampler
+            # show again in a second measurement; noise seldom does twice. The second measurement's times
+            # stand, so a candidate gains nothing from behaving differently in the first.
+            pending = []
+            run = self._measure_held(shape, dtype, label, extra, pending, race)
+            again = self._noisy_failure(shape, dtype, run, pending, label, scalars)
+            if again is not None:
+                raise Abort([Reason(r.code, f"{r.detail} (and again on a second measurement)")
+                             for r in again.reasons])
+            self.confirmations.append(f"{doubt.reasons[0].detail}: not so on a second measurement, whose "
+                                      "times stand")
+        cand, ref = summarize(run["times"]["cand"]), summarize(run["times"]["ref"])
+        return {"cand": cand, "ref": ref, "cand_times": run["times"]["cand"], "ref_times": run["times"]["ref"],
+                "hold_scale": extra["hold_scale"], "exposed": run["exposed"], "raced": run["raced"]}
+
+    def _measure_held(self, shape, dtype, label, extra: dict, pending: list, race) -> dict:
+        """One measurement, started over with a doubled launch hold while the reference's launches
+        outlast it (``extra["hold_scale"]`` keeps the hold reached)."""
         while True:
             run = self._measure(shape, dtype, label, extra, pending, race)
             self.call_costs.merge(run["host"])
             if run["raced"] is not None:  # beyond the bar: no restart with a longer hold either
-                break
+                return run
             # Only the reference's launches decide: a busy host slows both sides' launches, while a slow
             # launch path of the candidate's own (host work before its kernels) is its cost and must stay
             # in its times; a longer hold would hide that host work from the events.
             if not too_many_exposed(run["exposed"]["ref"], len(run["times"]["ref"])) \
                     or extra["hold_scale"] >= MAX_HOLD_SCALE:
-                break
+                return run
             # The reference's launches (host time from queueing the hold to queueing the end event)
             # outlasted the hold: the GPU may have sat idle inside the timed window, so those times include
             # the launch path (on the H200, 2026-11-30, a 16 us kernel read 37-70 us in a run whose other
             # evaluations compiled meanwhile). Both sides start over with a doubled hold.
             extra["hold_scale"] *= 2
+
+    def _noisy_failure(self, shape, dtype, run: dict, pending: list, label, scalars) -> Abort | None:
+        """The failure of a check that noise can fail (the distribution test over the timed calls, the
+        clock check), returned to be confirmed; a wrong value is raised at once."""
         # The fetched outputs are checked after timing: computing references between timed calls
         # competed with the workers for the CPU and made the times noisier (docs/NOTES.md).
-        self._verify_timed(shape, dtype, pending, label, scalars)
-        cand, ref = summarize(run["times"]["cand"]), summarize(run["times"]["ref"])
+        details = self._verify_timed(shape, dtype, pending, label, scalars)
+        if details:
+            return Abort([Reason("timed_output_wrong", f"{label}: timed calls: {d}") for d in details])
         if self.opts.guards:
-            self._clock_check(cand[0], run["overhead"], run["gaps"], label)
-        return {"cand": cand, "ref": ref, "cand_times": run["times"]["cand"], "ref_times": run["times"]["ref"],
-                "hold_scale": extra["hold_scale"], "exposed": run["exposed"], "raced": run["raced"]}
+            try:
+                self._clock_check(summarize(run["times"]["cand"])[0], run["overhead"], run["gaps"], label)
+            except Abort as abort:
+                return abort
+        return None
 
     def _measure(self, shape, dtype, label, extra: dict, pending: list, race=None) -> dict:
         """Interleaved batches of both sides at one launch hold, until both medians are tight or time is up."""
@@ -681,27 +731,25 @@ class Evaluation:
         self._raise_on_error(fetched)
         return seed, fetched, sample
 
-    def _verify_timed(self, shape, dtype, pending: list, label, scalars=None):
-        """The fetched timed calls' outputs, each against the reference. A sampling task's rule is applied
-        once to all of them pooled, as to the correctness calls: its distribution test rejects an honest
-        sampler at its false-reject rate per application, so applied to each timed call (hundreds per
-        shape on the H200) it made the evaluation's false-reject rate grow with the number of calls
-        checked; the likely cause of two honest top-p seed configs failing timed_output_wrong there
-        (2026-12-01)."""
+    def _verify_timed(self, shape, dtype, pending: list, label, scalars=None) -> list[str]:
+        """The fetched timed calls' outputs, each against the reference; a wrong value is raised. A
+        sampling task's rule is applied once to all of them pooled, as to the correctness calls, and its
+        failure details returned (to be confirmed): its distribution test rejects an honest sampler at its
+        false-reject rate per application, so applied to each timed call (hundreds per shape on the H200)
+        it made the evaluation's false-reject rate grow with the number of calls checked; the likely cause
+        of two honest top-p seed configs failing timed_output_wrong there (2026-12-01)."""
         rule = self.task.check if isinstance(self.task.check, StatisticalRule) else None
         pairs = []
         try:
             for seed, fetched, sample in pending:
                 pairs.append(self._verify(shape, dtype, seed, fetched, label, statistical=rule is not None,
                                           sample=sample, scalars=scalars))
-            details = rule.test(pairs) if rule and pairs else []
-            if details:
-                raise Abort([Reason("timed_output_wrong", f"{label}: timed calls: {d}") for d in details])
         except Abort as abort:
             codes = {r.code for r in abort.reasons}
             if codes & {"wrong_output", "nan_inf", "unwritten_output", "statistical"}:
                 raise Abort([Reason("timed_output_wrong", r.detail) for r in abort.reasons]) from None
             raise
+        return rule.test(pairs) if rule and pairs else []
 
     def _clock_check(self, cand_median_us: float, overhead: dict, gaps: dict, label: str):
         """Time the kernel's own timer did not see: device work after its end event (CUDA), and the

@@ -1,0 +1,5 @@
+import torch
+
+
+def kernel(p):
+    return torch.bernoulli(p)
