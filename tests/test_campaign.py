@@ -203,6 +203,35 @@ def test_bad_optimize_and_export_input_is_one_line(tmp_path):
     assert main is not None
 
 
+BROKEN_MODEL = """
+import torch
+
+
+class Broken(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.lin(x).view(3, -1)  # 2 x 8 elements do not split into 3 rows
+"""
+
+
+def test_a_model_that_fails_while_profiled_is_one_line_and_the_campaign_is_stopped(tmp_path):
+    model = tmp_path / "broken.py"
+    model.write_text(BROKEN_MODEL + "\n\ndef make():\n    return Broken(), (torch.randn(2, 8),)\n")
+    ledger = tmp_path / "l.sqlite"
+    proc = _ratchet("optimize", f"{model}:make", "--device", "cpu", "--budget", "1", "--ledger", str(ledger),
+                    check=False, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = [l for l in proc.stderr.splitlines() if l.startswith("ratchet: error:")]
+    assert line.startswith(f"ratchet: error: {model}:make: the model failed while it was profiled: RuntimeError: ")
+    assert line.endswith(f"({model}:11)")  # the user's own line
+    with sqlite3.connect(ledger) as db:
+        status, reason = db.execute("SELECT status, stop_reason FROM campaigns").fetchone()
+    assert status == "stopped" and reason.startswith("failed: ") and "RuntimeError" in reason
+
+
 def test_attempts_a_run_left_go_to_the_ops_not_started(tmp_path):
     from ratchet.e2e.campaign import Campaign, CampaignRequest
     from ratchet.run import campaigns as store

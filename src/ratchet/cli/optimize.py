@@ -46,11 +46,10 @@ def register(sub, parser_class) -> None:
 
 
 def cmd_optimize(args) -> int:
-    from rich.console import Console
-
     from ratchet.cli.common import (UsageError, default_size, executor_choice, gates_dir, open_ledger, parse_duration,
                                     parse_ints, parse_prefill, parse_speedup, resolve_device)
     from ratchet.e2e.campaign import Campaign, CampaignError, CampaignRequest, resume_campaign, start_campaign
+    from ratchet.report.terminal import make_console
     from ratchet.run.executor import ExecutorError
 
     if bool(args.resume) == bool(args.model):
@@ -60,7 +59,7 @@ def cmd_optimize(args) -> int:
     if args.no_ncu:
         os.environ["RATCHET_NCU"] = "off"
     choice = executor_choice(args)
-    console = Console(stderr=args.json)
+    console = make_console(stderr=args.json)
     with open_ledger(args.ledger) as ledger:
         try:
             if args.resume:

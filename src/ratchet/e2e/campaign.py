@@ -40,6 +40,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ratchet.report.terminal import make_console, show
 from ratchet.run import campaigns as store
 from ratchet.run.ledger import Ledger, LedgerError
 
@@ -131,7 +132,7 @@ class Campaign:
         self.ledger, self.cid, self.gates_dir = ledger, cid, Path(gates_dir)
         # An ExecutorChoice given on --resume: the runs go on there (another cluster), else where they began.
         self.executor = executor
-        self.console = console or Console()
+        self.console = console or make_console()
         row = store.get_campaign(ledger, cid)
         self.request = CampaignRequest(**{**row["options"],
                                           **{k: _tuple(row["options"].get(k)) for k in ("contexts", "batches", "ops")},
@@ -161,6 +162,9 @@ class Campaign:
             self.stack()
         except KeyboardInterrupt:
             store.set_status(self.ledger, self.cid, "stopped", "interrupted (Ctrl-C); resume with --resume")
+            raise
+        except CampaignError as exc:  # what was recorded stays; a resume starts again where it stopped
+            store.set_status(self.ledger, self.cid, "stopped", f"failed: {exc}")
             raise
         self.state["stop_reason"] = reason
         self.save()
@@ -419,7 +423,7 @@ class Campaign:
             best = f"{row['best_speedup']:.3f}x" if row["best_speedup"] else "-"
             table.add_row(row["op"], row["kind"], f"{100 * share:.1f}%", free, budget, row["run"] or "-",
                           row["status"], str(row["attempts"]), best, row["gate"] or "-")
-        self.console.print(table)
+        show(self.console, table)
         summary = self.summary()
         measured = summary["measured_speedup"]
         target = f", target {self.request.target:g}x" if self.request.target else ""

@@ -284,27 +284,45 @@ def profile_workload(name: str, size: str = "tiny", device: str = "cpu", batch: 
         notes.append("CPU wall times under the profiler (ops made of many small ones, like the CPU grouped GEMM, "
                      "look bigger than they are); they say nothing about a GPU")
     phases, raw = [], {}
-    ranges = ModuleRanges(root_module(model))
-    if not getattr(model, "decodes", True):  # a plain module: its forward on its example inputs
-        notes.append("a forward-only module: one phase, its forward on the example inputs, weighed as a prefill")
-        with _Annotated(model.ops) as annotated:
-            say(f"profiling {steps} forward pass(es) on the example inputs")
-            phase, raw["prefill"] = _profile_forward(model, annotated, ranges, steps)
-            phases.append(phase)
-    else:
-        with _Annotated(model.ops) as annotated:
-            say(f"profiling {steps} decode step(s): batch {batch}, context {context}")
-            phase, raw["decode"] = _profile_decode(model, annotated, ranges, batch, context, steps, seed)
-            phases.append(phase)
-            if prefill_len:
-                say(f"profiling {steps} prefill(s) of {prefill_len} tokens")
-                phase, raw["prefill"] = _profile_prefill(model, annotated, ranges, prefill_len, steps, seed)
+    try:
+        ranges = ModuleRanges(root_module(model))
+        if not getattr(model, "decodes", True):  # a plain module: its forward on its example inputs
+            notes.append("a forward-only module: one phase, its forward on the example inputs, weighed as a prefill")
+            with _Annotated(model.ops) as annotated:
+                say(f"profiling {steps} forward pass(es) on the example inputs")
+                phase, raw["prefill"] = _profile_forward(model, annotated, ranges, steps)
                 phases.append(phase)
+        else:
+            with _Annotated(model.ops) as annotated:
+                say(f"profiling {steps} decode step(s): batch {batch}, context {context}")
+                phase, raw["decode"] = _profile_decode(model, annotated, ranges, batch, context, steps, seed)
+                phases.append(phase)
+                if prefill_len:
+                    say(f"profiling {steps} prefill(s) of {prefill_len} tokens")
+                    phase, raw["prefill"] = _profile_prefill(model, annotated, ranges, prefill_len, steps, seed)
+                    phases.append(phase)
+    except (ProfileError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # the user's model failed: one line that says where, not a traceback
+        raise ProfileError(f"{name}: the model failed while it was profiled: {_where(exc)}") from None
     worth, no_task = rank(phases, device)
     return Profile(workload=name, size=size, device=device, dtype=dtype_name(model.config.dtype),
                    phases=tuple(phases), worth_a_run=worth, no_task=no_task, notes=tuple(notes), raw=raw,
                    param_dtypes={tuple(p.shape): p.dtype for p in model.parameters()},
                    modules_no_task=rank_modules(phases, ranges), model=model, module_ranges=ranges)
+
+
+def _where(exc: BaseException) -> str:
+    """``Type: message (file:line)``, at the innermost frame outside torch, transformers and Ratchet: the
+    line of the user's own model that failed, where there is one."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    library = ("/torch/", "/transformers/", "/ratchet/")
+    own = [f for f in frames if not any(part in f.filename for part in library)] or frames
+    at = f" ({own[-1].filename}:{own[-1].lineno})" if own else ""
+    message = " ".join(str(exc).split())[:300]
+    return f"{type(exc).__name__}: {message}{at}"
 
 
 class _Annotated:
