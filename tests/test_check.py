@@ -72,11 +72,23 @@ def test_check_compiles_the_good_kernel_and_names_the_bad_one(tmp_path, capsys):
     assert set(by_name) == {"_twice", "_branchy"}
     good, bad = by_name["_twice"], by_name["_branchy"]
     assert good["ok"] and good["signature"] == "(x_ptr: *fp32, out_ptr: *fp32, n: i32) [BLOCK=256]"
+    # ptxas's account: a handful of registers, nothing spilled, as many blocks as an SM's 2048 threads allow
+    assert 4 <= good["registers"] <= 64 and good["spill_bytes"] == 0 and good["blocks_per_sm"] == 16
     assert not bad["ok"] and "Mismatched type for acc between then block" in bad["message"]
     if_line = CANDIDATE.splitlines().index("    if n > 100:") + 1
     assert bad["message"].startswith(f"cand.py:{if_line}: ")  # the `if` line of the file
     err = captured.err.strip().splitlines()
     assert err == [f"ratchet: _branchy does not compile for sm_90: {bad['message']}"]
+
+
+def test_blocks_per_sm_is_bound_by_registers_shared_memory_and_threads():
+    from ratchet.agents.compile_check import blocks_per_sm
+
+    assert blocks_per_sm(128, 4, 0, 90) == 4  # 128 x 32 x 4 registers a block: 4 fill 65536
+    assert blocks_per_sm(40, 4, 0, 90) == 12  # 40 rounds up to 1280 a warp: 65536 // 5120
+    assert blocks_per_sm(16, 4, 100 * 1024, 90) == 2  # 227 KiB of shared memory hold two
+    assert blocks_per_sm(16, 4, 0, 90) == 16  # 2048 threads an SM
+    assert blocks_per_sm(255, 32, 0, 90) == 0  # more registers than an SM has: it cannot launch
 
 
 def test_check_refuses_a_bad_arch_in_one_line(tmp_path, capsys):

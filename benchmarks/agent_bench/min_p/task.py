@@ -36,6 +36,9 @@ def make_inputs(shape, dtype, device, generator):
 
 
 def check(inputs, outputs, refs, dtype):
+    """Exact, against float64: a token whose margin logit - max - log(min_p) is at least 1e-4 must be kept and
+    one under -1e-4 dropped (within that band either passes: fp32 rounding); every kept logit equals the
+    input's bit for bit, every dropped one is -inf."""
     logits, min_p = inputs[0].to(torch.float64), inputs[1].to(torch.float64)
     out = outputs[0]
     margin = logits - logits.max(dim=-1, keepdim=True).values - torch.log(min_p)[:, None]

@@ -466,7 +466,10 @@ def _check_rule(t: Task) -> str:
                 f"rate {t.check.false_reject_rate:g}, a failure confirmed on fresh draws before it rejects); greedy "
                 "or approximate sampling fails.")
     if callable(t.check):
-        return f"the task's own check `{getattr(t.check, '__name__', 'check')}` against the reference."
+        # The check's docstring is its rule in words: what an agent must match, and how exactly.
+        rule = " ".join((getattr(t.check, "__doc__", None) or "").split())
+        return (f"the task's own check `{getattr(t.check, '__name__', 'check')}` against the reference"
+                + (f": {rule}" if rule else "."))
     tol = "; ".join(f"{_dtype_name(d)} atol {v.atol:g} rtol {v.rtol:g}" for d, v in t.tolerances.items()
                     if d in t.dtypes)
     return (f"every element within |out - ref| <= atol + rtol * |ref| ({tol}); dtype, shape and device must match; "

@@ -45,6 +45,12 @@ class KernelResult:
     ok: bool
     message: str = ""  # one line: the compiler's message when it failed
     shared_bytes: int | None = None
+    # ptxas's own account of the compiled kernel (``ptxas -v``): registers per thread, bytes spilled to
+    # local memory (stores), and the blocks of this kernel an SM can hold at once by registers and shared
+    # memory; None where ptxas could not be asked
+    registers: int | None = None
+    spill_bytes: int | None = None
+    blocks_per_sm: int | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,66 @@ def check_candidate(task_spec: str, candidate_path: str, arch: str = "sm_90", co
 
 
 # -- in the subprocess ---------------------------------------------------------------------------------
+
+
+REGISTERS_PER_SM = 65536  # every architecture from sm_70 to sm_100
+MAX_BLOCKS_PER_SM = {90: 32, 100: 32, 89: 24, 86: 16, 80: 32}
+MAX_THREADS_PER_SM = {90: 2048, 100: 2048, 89: 1536, 86: 1536, 80: 2048}
+
+
+def _ptxas_path(capability: int) -> str | None:
+    """The ptxas Triton itself compiles with for ``capability`` (Triton 3.9 ships two, and the older one
+    refuses the PTX version it emits for Hopper)."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        try:
+            tool = get_ptxas(capability)
+        except TypeError:  # Triton 3.6: one ptxas, no argument
+            tool = get_ptxas()
+        path = getattr(tool, "path", tool)
+    except Exception:  # a Triton without the helper: the knob
+        try:
+            from triton import knobs
+
+            path = knobs.nvidia.ptxas.path
+        except Exception:
+            return None
+    return path if isinstance(path, str) and os.path.exists(path) else None
+
+
+def ptxas_usage(ptx: str | None, capability: int) -> tuple[int, int] | None:
+    """(registers per thread, spill-store bytes) of the PTX's kernel, as ``ptxas -v`` reports them for
+    ``sm_XX`` (``sm_90a`` on Hopper, as Triton compiles), or None when ptxas cannot be run."""
+    ptxas = _ptxas_path(capability)
+    if not ptx or not ptxas:
+        return None
+    arch = f"sm_{capability}{'a' if capability >= 90 else ''}"
+    with tempfile.TemporaryDirectory(prefix="ratchet-ptxas-") as tmp:
+        src = Path(tmp) / "kernel.ptx"
+        src.write_text(ptx)
+        try:
+            proc = subprocess.run([ptxas, "-v", f"--gpu-name={arch}", str(src), "-o", str(Path(tmp) / "k.cubin")],
+                                  capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    registers = re.search(r"Used (\d+) registers", proc.stderr)
+    spills = re.search(r"(\d+) bytes spill stores", proc.stderr)
+    if proc.returncode != 0 or not registers:
+        return None
+    return int(registers.group(1)), int(spills.group(1)) if spills else 0
+
+
+def blocks_per_sm(registers: int, warps: int, shared_bytes: int, capability: int) -> int:
+    """How many blocks of a kernel one SM holds at once, bound by registers (allocated per warp in units of
+    256), shared memory and the SM's thread and block limits: 1 means one block per SM, so latency is
+    hidden only within the block."""
+    per_warp = -(-max(registers, 1) * 32 // 256) * 256
+    by_regs = REGISTERS_PER_SM // (per_warp * warps) if per_warp * warps else 0
+    limit = MAX_SHARED_BYTES.get(capability, 99 * 1024)
+    by_shared = (limit // shared_bytes) if shared_bytes else MAX_BLOCKS_PER_SM.get(capability, 16)
+    by_threads = MAX_THREADS_PER_SM.get(capability, 2048) // (32 * warps)
+    return max(0, min(by_regs, by_shared, by_threads, MAX_BLOCKS_PER_SM.get(capability, 16)))
 
 
 def _one_line(text: str, limit: int = 400) -> str:
@@ -199,7 +265,10 @@ class _Capture:
             self.results[key] = KernelResult(name, described, False, f"needs {shared} bytes of shared memory, more "
                                              f"than the {limit} a block may have on sm_{self.capability}", shared)
             return
-        self.results[key] = KernelResult(name, described, True, "", shared)
+        usage = ptxas_usage(compiled.asm.get("ptx"), self.capability)
+        warps = int(getattr(compiled.metadata, "num_warps", 4) or 4)
+        blocks = blocks_per_sm(usage[0], warps, shared, self.capability) if usage else None
+        self.results[key] = KernelResult(name, described, True, "", shared, *(usage or (None, None)), blocks)
 
     def _hook_cuda_builds(self) -> None:
         """Record the sources of CUDA C++ builds, and hand back a module whose functions do nothing."""

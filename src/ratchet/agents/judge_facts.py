@@ -65,6 +65,12 @@ def correctness_only_check(spec: str, rid_note: str = "") -> list[str]:
         "e.g. a tensor shaped differently in two branches of an `if`: run `ratchet check`), that it is "
         "correct at the GPU's shapes, races or memory-ordering bugs (the interpreter runs programs one "
         "after another), CUDA-graph capture, or anything about speed.",
+        "- Because the interpreter runs the programs of a launch one after another, in order, a program "
+        "that waits for another one (a spin on a flag or a counter another program sets, a grid-wide "
+        "barrier) hangs under it: such a path cannot be checked on the CPU at all, only compiled by "
+        "`ratchet check`; keep a path without the wait for the interpreter and say which one the GPU runs. "
+        "Some operations are missing from the interpreter (an fp32 `atomic_xchg`, for one): its error then "
+        "names the launch line in your Python, not the line in the kernel.",
     ]
 
 
@@ -75,7 +81,10 @@ def compile_check(spec: str, arch: str = "sm_90") -> str:
             "that fails here would fail on the GPU: fix it before spending GPU time. Add `--shapes gpu` to "
             "launch the GPU's shapes instead (inputs in host memory, launches never run): a path or a "
             "constexpr your code picks only at GPU sizes (a wider block, another kernel above some T) is "
-            "compiled only then, and the CPU correctness check never runs it.")
+            "compiled only then, and the CPU correctness check never runs it. Each compiled kernel's line "
+            "gives ptxas's registers per thread, bytes spilled to local memory and the blocks an SM holds "
+            "at once (by registers, shared memory and threads): spills or one block per SM are worth a "
+            "smaller tile or fewer warps.")
 
 
 def cuda_cpp_rule() -> str:

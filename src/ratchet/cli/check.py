@@ -52,7 +52,9 @@ def cmd_check(args) -> int:
         for k in report.kernels:
             status = "ok" if k.ok else "FAILED"
             shared = f", {k.shared_bytes} B shared" if k.shared_bytes else ""
-            print(f"{status:6} {k.kernel}{k.signature}{shared}" + (f": {k.message}" if k.message else ""))
+            usage = (f", {k.registers} registers, {k.spill_bytes} B spilled, {k.blocks_per_sm} block(s)/SM"
+                     if k.registers is not None else "")
+            print(f"{status:6} {k.kernel}{k.signature}{shared}{usage}" + (f": {k.message}" if k.message else ""))
         for note in report.notes:
             print(f"note: {note}")
         if report.ok and report.kernels:
