@@ -318,8 +318,9 @@ def _where(exc: BaseException) -> str:
     import traceback
 
     frames = traceback.extract_tb(exc.__traceback__)
-    library = ("/torch/", "/transformers/", "/ratchet/")
-    own = [f for f in frames if not any(part in f.filename for part in library)] or frames
+    # the user's file first; else the model's own code in transformers (its modeling file), not torch's
+    own = ([f for f in frames if not any(part in f.filename for part in ("/torch/", "/transformers/", "/ratchet/"))]
+           or [f for f in frames if not any(part in f.filename for part in ("/torch/", "/ratchet/"))] or frames)
     at = f" ({own[-1].filename}:{own[-1].lineno})" if own else ""
     message = " ".join(str(exc).split())[:300]
     return f"{type(exc).__name__}: {message}{at}"
