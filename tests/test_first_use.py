@@ -135,6 +135,18 @@ def test_a_kernel_exception_names_the_file_and_line_of_the_users_kernel():
     assert verdict.reasons[0].detail == f"{RAISES}:{line} in kernel: ValueError: this kernel always fails"
 
 
+def test_a_triton_kernel_failing_under_the_interpreter_names_the_line_in_its_body(monkeypatch):
+    """The interpreter raises from the launch line; the detail names the body's failing line instead."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    body = DATA / "candidates" / "axpby_triton_body_raises.py"
+    verdict = evaluate(load_task(TASK), load_candidate(body), None,
+                       JudgeOptions(device="cpu", time_it=False))
+    assert verdict.verdict == "error" and [r.code for r in verdict.reasons] == ["kernel_exception"]
+    line = next(n for n, text in enumerate(body.read_text().splitlines(), 1) if "tl.reshape" in text)
+    assert verdict.reasons[0].detail.startswith(f"{body}:{line} in _axpby: InterpreterError: "), verdict.reasons
+
+
 @pytest.mark.slow
 def test_a_piped_run_shows_each_attempts_phases_and_ends_with_a_summary(tmp_path):
     ledger = tmp_path / "ledger.sqlite"

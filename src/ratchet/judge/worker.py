@@ -386,8 +386,14 @@ def _in_candidate(exc: BaseException) -> str:
     path = getattr(sys.modules.get("ratchet_candidate"), "__file__", None)
     if not path:
         return ""
-    own = [(frame.f_code.co_name, line) for frame, line in traceback.walk_tb(exc.__traceback__)
-           if os.path.abspath(frame.f_code.co_filename) == os.path.abspath(path)]
+    # Down the chain of causes too: Triton's interpreter raises its own error from the launch line, with the
+    # kernel body's failing line only in the error it wraps.
+    own, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        own += [(frame.f_code.co_name, line) for frame, line in traceback.walk_tb(exc.__traceback__)
+                if os.path.abspath(frame.f_code.co_filename) == os.path.abspath(path)]
+        exc = exc.__cause__ or exc.__context__
     return f"{path}:{own[-1][1]} in {own[-1][0]}: " if own else ""
 
 
