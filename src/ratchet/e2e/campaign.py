@@ -223,7 +223,10 @@ class Campaign:
         if all(e["kind"] == "module" for e in entries):  # nothing else planned: all of its time is its own
             for e in entries:
                 e["decode_share"] = e["module_share"]
-        entries.sort(key=lambda e: -e["score"])
+        # Built-in tasks first, then by share: only their kernels can be gated into the model today (a
+        # module's or an extracted op's kernel is reported "not gated"), so when the budget cannot reach
+        # every op, the attempts go where they can speed the model up.
+        entries.sort(key=lambda e: (e["kind"] != "builtin", -e["score"]))
         budget = r.budget if r.budget is not None or r.seconds is not None else DEFAULT_BUDGET
         self.state["plan"] = share_budget(entries, budget, r.seconds)
         self.state["profile"] = {"step_us": {ph.name: ph.step_us for ph in prof.phases},
