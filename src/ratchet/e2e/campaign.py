@@ -341,6 +341,12 @@ class Campaign:
                 self.state["gates"][run["id"]] = {"op": op, "verdict": "not gated",
                                                   "detail": f"{what}, so its kernel cannot be put into the model"}
                 continue
+            if not best["speedup"] or best["speedup"] <= 1.0:
+                # A run's first passing attempt is its best until something beats it, even when it is slower
+                # than the reference: such a kernel would slow the model, so it is neither gated nor exported.
+                self.state["gates"][run["id"]] = {"op": op, "verdict": "none", "detail": (
+                    f"its best ({best['speedup'] or 0:.3f}x the reference, attempt {best['seq']}) is no win")}
+                continue
             done = read_gate(self.gates_dir, run["id"], r.model, r.size, r.device)
             if done and (done["attempt"]["source_sha256"], done["attempt"]["config_key"]) == (
                     best["source_sha256"], config_key(best["config"])):
