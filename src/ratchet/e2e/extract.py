@@ -237,16 +237,14 @@ from ratchet.task import Cost, ShapeRange, ShapeSet, Task, Tolerance, tensor_byt
 
 ''')
 
-_TAIL = Template('''
-
-# As profiled, heaviest first.
-_GPU_SHAPES = [
+# The shape lists and their weights as a generated task file declares them (module task files too).
+SHAPE_TABLES = '''_GPU_SHAPES = [
 $gpu_shapes
 ]
 _CPU_SHAPES = [
 $cpu_shapes
 ]
-# ($dims_text) -> weight: the shape's share of the workload's steps.
+# ($dims_text) -> weight: $weight_note
 _WEIGHTS = {
 $weights
 }
@@ -254,7 +252,12 @@ $weights
 
 def weight(shape):
     return _WEIGHTS.get(tuple(shape[d] for d in $dims), min(_WEIGHTS.values()))
+'''
 
+_TAIL = Template('''
+
+# As profiled, heaviest first.
+''' + SHAPE_TABLES + '''
 
 TASK = Task(
     name=$name,
@@ -497,6 +500,7 @@ def _task_source(profile, family, name, dtype, public, cpu, weights) -> str:
         gpu_shapes="\n".join(f"    {s!r}," for s in public), cpu_shapes="\n".join(f"    {s!r}," for s in cpu),
         dims_text=", ".join(dims), dims=repr(dims), name=repr(name), dtype=dtype,
         weights="\n".join(f"    {k!r}: {v!r}," for k, v in weights.items()),
+        weight_note="the shape's share of the workload's steps.",
         held_out_note=text["held_out_note"], gpu_held=_held(text["gpu_held"]), cpu_held=_held(text["cpu_held"]),
         tolerances=_tolerances(dtype, family == "prefill_attention"),
         reference_dtype="torch.float64" if dtype == "float32" else "torch.float32",

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ratchet.e2e.extract import Extracted, _stem, _wrap
+from ratchet.e2e.extract import SHAPE_TABLES, Extracted, _stem, _wrap
 from ratchet.e2e.module_times import ArgSpec, CallSpec, layer_of
 from ratchet.e2e.profile import PHASE_WEIGHTS, Profile, dtype_name
 
@@ -516,21 +516,7 @@ def cost(shape, dtype):
 
 
 # As profiled, heaviest first; the CPU set scaled down to at most $cpu_tokens tokens a call.
-_GPU_SHAPES = [
-$gpu_shapes
-]
-_CPU_SHAPES = [
-$cpu_shapes
-]
-# ($dims_text) -> weight: the module's share of the model's steps (decode x 1, prefill x 0.5).
-_WEIGHTS = {
-$weights
-}
-
-
-def weight(shape):
-    return _WEIGHTS.get(tuple(shape[d] for d in $dims), min(_WEIGHTS.values()))
-
+''' + SHAPE_TABLES + '''
 
 TASK = Task(
     name=$name,
@@ -615,6 +601,7 @@ def _task_source(profile, entry, name, dtype, public, cpu, weights, spec, refere
         cpu_tokens=CPU_TOKENS, gpu_shapes="\n".join(f"    {s!r}," for s in public),
         cpu_shapes="\n".join(f"    {s!r}," for s in cpu),
         weights="\n".join(f"    {k!r}: {v!r}," for k, v in weights.items()), name=repr(name),
+        weight_note="the module's share of the model's steps (decode x 1, prefill x 0.5).",
         gpu_held=_held(gpu_held), cpu_held=_held(cpu_held), dtype=dtype, atol=atol, rtol=rtol,
         reference_dtype=reference_dtype, description="\n".join(f"        {c!r}" for c in chunks))
 
