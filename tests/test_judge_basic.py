@@ -152,3 +152,19 @@ def test_a_kernel_wrong_on_most_timed_calls_is_caught_by_the_batch_checks(tmp_pa
     )
     v = evaluate(TASK, load_candidate(sly), None, JudgeOptions(device="cpu"))
     assert v.verdict == "fail" and "timed_output_wrong" in codes(v), v.reasons
+
+
+def test_a_triton_candidate_on_the_cpu_runs_under_the_interpreters_limits():
+    """Triton's interpreter runs each program in Python: its calls get INTERPRETER_LIMIT_FACTOR times the
+    running limits; a plain torch candidate keeps the usual ones."""
+    from ratchet.judge.evaluation import INTERPRETER_LIMIT_FACTOR, Evaluation
+
+    task = load_task(str(DATA / "tasks" / "axpby.py"))
+    triton_file = load_candidate(DATA / "candidates" / "axpby_triton_body_raises.py")
+    torch_file = load_candidate(DATA / "candidates" / "axpby_honest.py")
+    base = Limits()
+    scaled = Evaluation(task, triton_file, {}, JudgeOptions(device="cpu")).limits
+    assert INTERPRETER_LIMIT_FACTOR == 6.0
+    assert (scaled.first_call_s, scaled.call_floor_s, scaled.call_s) == (180.0, 60.0, 360.0)
+    assert scaled.compile_s == base.compile_s and scaled.rss_bytes == base.rss_bytes
+    assert Evaluation(task, torch_file, {}, JudgeOptions(device="cpu")).limits == base

@@ -19,7 +19,7 @@ import os
 import random
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -52,6 +52,23 @@ RECHECK_ATTEMPTS = 3
 # Wall time the outside clock may see beyond the kernel's own timers and the reference's overhead,
 # before the difference is called hidden work (side streams, threads, patched clocks).
 CLOCK_SLACK_US = {"cpu": 1000.0}  # on CUDA the device clock is used instead (_clock_check)
+# On the CPU a Triton candidate runs in Triton's interpreter, every program of a launch in Python: a call
+# takes seconds, and on cores other work keeps busy several times more (a top-p seed's call passed 10 s
+# in the suite beside a second job, 2026-12-03). Its running limits are this many times the others'; a
+# hang in such a candidate costs that much longer to be stopped.
+INTERPRETER_LIMIT_FACTOR = 6.0
+
+
+def interpreted_limits(limits: Limits) -> Limits:
+    """``limits`` for a candidate run by Triton's interpreter: the first call's and each later call's
+    running time scaled by INTERPRETER_LIMIT_FACTOR."""
+    f = INTERPRETER_LIMIT_FACTOR
+    return replace(limits, first_call_s=limits.first_call_s * f, call_floor_s=limits.call_floor_s * f,
+                   call_s=limits.call_s * f, total_s=max(limits.total_s, limits.call_s * f * 4))
+
+
+def _uses_triton(candidate: Candidate) -> bool:
+    return "triton" in (candidate.source or "")
 # On the CPU, also this many times the summed IQRs of both workers' per-call overheads (a busy machine).
 CLOCK_SPREAD_FACTOR = 2.0
 # On a CPU machine with every core taken (1-minute load average at least the core count), at least this:
@@ -124,7 +141,9 @@ class Evaluation:
         self.policy = options.policy or (GPU_POLICY if self.device == "cuda" else CPU_POLICY)
         self.rng = random.Random(secrets.randbits(64))  # secret: never leaves this process
         self.started = time.perf_counter()
-        self.deadline = self.started + options.limits.total_s
+        self.limits = interpreted_limits(options.limits) if self.device == "cpu" and _uses_triton(candidate) \
+            else options.limits
+        self.deadline = self.started + self.limits.total_s
         self.started_unix = time.time()  # ceilings measured before this are re-checked before a refusal
         self.cand: WorkerProcess | None = None
         self.ref: WorkerProcess | None = None
@@ -213,7 +232,7 @@ class Evaluation:
         return env
 
     def _new_worker(self, role: str) -> WorkerProcess:
-        limits = self.opts.limits
+        limits = self.limits
         # On the CPU the worker's address space is capped too (CUDA's driver reserves far more than it uses):
         # a huge allocation fails at once as out_of_memory instead of racing the RSS watch.
         space = limits.rss_bytes + ADDRESS_SPACE_HEADROOM if self.device == "cpu" else None
@@ -232,7 +251,7 @@ class Evaluation:
         return load
 
     def _ask_load(self, worker: WorkerProcess, message: dict) -> dict:
-        limits = self.opts.limits
+        limits = self.limits
         reply, _ = worker.ask(message, limits.import_s + limits.compile_s, run_s=limits.import_s,
                               limit_name="import limit")
         return reply
@@ -411,7 +430,7 @@ class Evaluation:
 
     def _run_limit(self, count: int = 1) -> tuple[float, str]:
         """The running time (outside compilers) allowed to ``count`` calls, and the limit's name."""
-        limits = self.opts.limits
+        limits = self.limits
         if self.first_call:
             return limits.first_call_s, "first-call limit"
         per_call = min(limits.call_s, limits.call_floor_s + limits.call_ref_factor * self.slowest_ref_s)
@@ -420,7 +439,7 @@ class Evaluation:
     def _wall_limit(self, run_s: float) -> float:
         """Wall time for an ask whose running time is ``run_s``: that plus the compile allowance, within
         the evaluation's own limit."""
-        return min(run_s + self.opts.limits.compile_s, max(1.0, self.deadline - time.perf_counter()))
+        return min(run_s + self.limits.compile_s, max(1.0, self.deadline - time.perf_counter()))
 
     def _call(self, worker: WorkerProcess, shape, dtype, seed, **options) -> dict:
         run_s, limit_name = self._run_limit()
@@ -593,7 +612,7 @@ class Evaluation:
             seeds[name] = self.rng.getrandbits(62)
             reply, _ = worker.ask({"op": "capture", "shape": shape, "dtype": str(dtype).removeprefix("torch."),
                                    "seed": seeds[name], "graph_key": key},
-                                  self._wall_limit(self.opts.limits.call_s), run_s=self.opts.limits.call_s)
+                                  self._wall_limit(self.limits.call_s), run_s=self.limits.call_s)
             if not reply.get("captured"):
                 return None
         # A graph replays the scalar arguments it was captured with (they are baked into its kernels),
@@ -727,7 +746,7 @@ class Evaluation:
         sampled = not isinstance(self.task.check, StatisticalRule) and not callable(self.task.check)
         sample = {"seed": self.rng.getrandbits(62), "count": SAMPLED_ELEMENTS} if sampled else None
         fetched, _ = self.cand.ask({"op": "fetch", "inputs": False, "sample": sample, "index": index},
-                                   self.opts.limits.call_s)
+                                   self.limits.call_s)
         self._raise_on_error(fetched)
         return seed, fetched, sample
 
