@@ -154,7 +154,7 @@ def test_a_kernel_wrong_on_most_timed_calls_is_caught_by_the_batch_checks(tmp_pa
     assert v.verdict == "fail" and "timed_output_wrong" in codes(v), v.reasons
 
 
-def test_a_triton_candidate_on_the_cpu_runs_under_the_interpreters_limits():
+def test_a_triton_candidate_on_the_cpu_runs_under_the_interpreters_limits(tmp_path):
     """Triton's interpreter runs each program in Python: its calls get INTERPRETER_LIMIT_FACTOR times the
     running limits; a plain torch candidate keeps the usual ones."""
     from ratchet.judge.evaluation import INTERPRETER_LIMIT_FACTOR, Evaluation
@@ -168,3 +168,6 @@ def test_a_triton_candidate_on_the_cpu_runs_under_the_interpreters_limits():
     assert (scaled.first_call_s, scaled.call_floor_s, scaled.call_s) == (180.0, 60.0, 360.0)
     assert scaled.compile_s == base.compile_s and scaled.rss_bytes == base.rss_bytes
     assert Evaluation(task, torch_file, {}, JudgeOptions(device="cpu")).limits == base
+    mention = tmp_path / "mentions_triton.py"  # the word in a comment is not an import
+    mention.write_text("# faster than a triton kernel would be\n" + (DATA / "candidates" / "axpby_honest.py").read_text())
+    assert Evaluation(task, load_candidate(mention), {}, JudgeOptions(device="cpu")).limits == base

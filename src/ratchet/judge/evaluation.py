@@ -17,6 +17,7 @@ import contextlib
 import math
 import os
 import random
+import re
 import secrets
 import time
 from dataclasses import dataclass, field, replace
@@ -52,23 +53,6 @@ RECHECK_ATTEMPTS = 3
 # Wall time the outside clock may see beyond the kernel's own timers and the reference's overhead,
 # before the difference is called hidden work (side streams, threads, patched clocks).
 CLOCK_SLACK_US = {"cpu": 1000.0}  # on CUDA the device clock is used instead (_clock_check)
-# On the CPU a Triton candidate runs in Triton's interpreter, every program of a launch in Python: a call
-# takes seconds, and on cores other work keeps busy several times more (a top-p seed's call passed 10 s
-# in the suite beside a second job, 2026-12-03). Its running limits are this many times the others'; a
-# hang in such a candidate costs that much longer to be stopped.
-INTERPRETER_LIMIT_FACTOR = 6.0
-
-
-def interpreted_limits(limits: Limits) -> Limits:
-    """``limits`` for a candidate run by Triton's interpreter: the first call's and each later call's
-    running time scaled by INTERPRETER_LIMIT_FACTOR."""
-    f = INTERPRETER_LIMIT_FACTOR
-    return replace(limits, first_call_s=limits.first_call_s * f, call_floor_s=limits.call_floor_s * f,
-                   call_s=limits.call_s * f, total_s=max(limits.total_s, limits.call_s * f * 4))
-
-
-def _uses_triton(candidate: Candidate) -> bool:
-    return "triton" in (candidate.source or "")
 # On the CPU, also this many times the summed IQRs of both workers' per-call overheads (a busy machine).
 CLOCK_SPREAD_FACTOR = 2.0
 # On a CPU machine with every core taken (1-minute load average at least the core count), at least this:
@@ -77,6 +61,12 @@ CLOCK_SPREAD_FACTOR = 2.0
 # (2026-12-02, the rmsnorm CPU seed, two test suites at once on two cores), so the spread rule alone
 # does not cover it. Hidden work is still caught beyond this, and a task's real times are a GPU's.
 BUSY_CLOCK_SLACK_US = 4000.0
+# On the CPU a Triton candidate runs in Triton's interpreter, every program of a launch in Python: a call
+# takes seconds, and on cores other work keeps busy several times more (a top-p seed's call passed 10 s
+# in the suite beside a second job, 2026-12-03). Its running limits are this many times the others'; a
+# hang in such a candidate costs that much longer to be stopped.
+INTERPRETER_LIMIT_FACTOR = 6.0
+
 # On CUDA the device's own clock gives a tighter check: the time from the kernel's end event to the
 # end of all device work (after a device-wide synchronize), against the reference's.
 # 20 us falsely rejected honest Triton kernels on the H200 (medians 57 and 85 us apart, 2026-11-30).
@@ -805,6 +795,19 @@ class Evaluation:
                                 f"{label}: {hidden:.0f} us per call seen by the outside clock beyond the "
                                 f"kernel's timed {cand_median_us:.1f} us (allowed {slack:.0f} us; the "
                                 f"overheads' IQRs add to {spread:.0f} us)")])
+
+
+def interpreted_limits(limits: Limits) -> Limits:
+    """``limits`` for a candidate run by Triton's interpreter: the first call's and each later call's
+    running time scaled by INTERPRETER_LIMIT_FACTOR."""
+    f = INTERPRETER_LIMIT_FACTOR
+    return replace(limits, first_call_s=limits.first_call_s * f, call_floor_s=limits.call_floor_s * f,
+                   call_s=limits.call_s * f, total_s=max(limits.total_s, limits.call_s * f * 4))
+
+
+def _uses_triton(candidate: Candidate) -> bool:
+    """The candidate imports Triton (a word in a comment does not count)."""
+    return re.search(r"^\s*(?:import|from)\s+triton\b", candidate.source or "", re.MULTILINE) is not None
 
 
 def _cores_taken() -> bool:
