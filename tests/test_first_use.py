@@ -96,8 +96,11 @@ def test_the_judge_reports_each_phase_and_shape_in_order():
     verdict = evaluate(task, load_candidate(TUNABLE), None, JudgeOptions(device="cpu", progress=seen.append))
     assert verdict.verdict in ("pass", "fail")
     phases = [p.phase for p in seen]
-    assert phases[0] == "import" and set(phases) == {"import", "correctness", "timing"}
-    assert phases == sorted(phases, key=["import", "correctness", "timing"].index)  # no phase comes back
+    assert phases[0] == "import" and set(phases) == {"import", "correctness", "timing", "judged"}
+    assert phases == sorted(phases, key=["import", "correctness", "timing", "judged"].index)  # none comes back
+    # The verdict is said the moment it is known (a pipelined run records in proposal order, later).
+    said = f"pass {verdict.speedup:.3f}x" if verdict.speedup else f"{verdict.verdict} {verdict.reasons[0].code}"
+    assert phases.count("judged") == 1 and seen[-1].detail.startswith(said)
     checks = [p for p in seen if p.phase == "correctness"]
     assert [p.step for p in checks] == list(range(1, len(checks) + 1)) and checks[-1].steps == len(checks)
     assert "(first call: compile)" in checks[0].detail and "(first call" not in checks[1].detail
@@ -155,7 +158,7 @@ def test_a_piped_run_shows_each_attempts_phases_and_ends_with_a_summary(tmp_path
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     run_id = re.search(r"run (r[0-9a-f]{8}) started", out).group(1)
-    for phase in ("import", "correctness", "timing"):  # one line per phase of an attempt, in a pipe
+    for phase in ("import", "correctness", "timing", "judged"):  # one line per phase of an attempt, in a pipe
         assert re.search(rf"^\[{run_id}\]   axpby_tunable\.py .*: {phase} .*, [0-9.]+ s", out, re.M), out
     assert re.search(r": correctness shape \{'N': \d+\} float32 \(first call: compile\) \(1/\d+\), [0-9.]+ s, "
                      r"usually \d+ s", out)  # the second attempt on knows the usual time

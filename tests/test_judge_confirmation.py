@@ -58,6 +58,13 @@ def test_an_honest_sampler_passes_the_distribution_test():
     v = judge("coin_flips", "coin_flips_honest.py")
     assert v.verdict == "pass", v.reasons
     assert not any("second" in note for note in v.notes)
+    # Where the correctness phase went: the worker's own parts of its calls (inputs, launch, fetch, ...)
+    # lie inside the round trips, and the rule's test is counted apart from the judge's checks.
+    host = v.judge_host_s
+    worker = [host[f"calls_{part}"] for part in ("inputs", "prepare", "launch", "sync", "checks", "fetch")]
+    assert all(s >= 0.0 for s in worker) and host["calls_inputs"] > 0.0 and host["calls_fetch"] > 0.0
+    assert sum(worker) <= host["calls"]
+    assert 0.0 < host["rule_test"] <= v.phases_s["correctness"]
 
 
 def test_a_biased_sampler_fails_on_both_sets_of_draws():

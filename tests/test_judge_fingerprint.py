@@ -10,7 +10,8 @@ import torch
 
 from ratchet.candidate import load_candidate
 from ratchet.judge import JudgeOptions, evaluate
-from ratchet.judge.check import FINGERPRINT_MIN_BYTES, input_fingerprint, inputs_unchanged
+from ratchet.judge.check import (FINGERPRINT_MIN_BYTES, FINGERPRINT_MIN_BYTES_GPU, fingerprinted,
+                                 input_fingerprint, inputs_unchanged)
 from ratchet.judge.worker import describe_input
 from ratchet.task import ShapeSet, load_task
 
@@ -30,6 +31,16 @@ def test_fingerprint_sees_every_change_and_depends_on_the_key():
         assert input_fingerprint(changed, key) != print_
     odd_bytes = torch.arange(7, dtype=torch.uint8)  # not a whole number of 32-bit words
     assert input_fingerprint(odd_bytes, key) != input_fingerprint(odd_bytes.flip(0), key)
+
+
+def test_the_threshold_is_far_lower_off_the_cpu():
+    # On a GPU bytes cross to the host and back: a top-p call's 512 KB of logits go as a fingerprint.
+    # "meta" stands for any device but the CPU (no data needed to ask).
+    logits = 128256 * 4
+    assert not fingerprinted(torch.empty(logits, dtype=torch.uint8))
+    assert fingerprinted(torch.empty(FINGERPRINT_MIN_BYTES, dtype=torch.uint8))
+    assert fingerprinted(torch.empty(logits, dtype=torch.uint8, device="meta"))
+    assert not fingerprinted(torch.empty(FINGERPRINT_MIN_BYTES_GPU - 1, dtype=torch.uint8, device="meta"))
 
 
 def test_large_inputs_travel_as_fingerprints_keyed_by_the_judge():

@@ -51,7 +51,8 @@ class StatisticalRule:
 
     The judge calls the kernel on fresh inputs until ``draws(shape)`` summed over calls reaches
     ``min_draws`` (at most ``max_calls`` calls), then hands every ``(inputs, outputs)`` pair of the shape
-    to ``test``, with tensors on the CPU. ``test`` returns failure details (an empty list passes).
+    to ``test``, with tensors on the judge's device (the GPU in a cuda run: the test may work there).
+    ``test`` returns failure details (an empty list passes).
     ``test`` must reject at no more than ``false_reject_rate`` when the kernel is honest. The judge applies
     it to each shape's correctness calls and to its timed calls, pooled; a failure is confirmed on a second,
     independent set of calls (a second measurement for the timed ones) before the candidate is rejected,

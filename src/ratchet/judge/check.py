@@ -160,8 +160,18 @@ def check_values(task: Task, inputs: tuple, outs: Sequence[torch.Tensor], refs: 
 
 
 # Inputs at least this large come back from the worker as a fingerprint, not as bytes: decode
-# attention's KV caches are 1 GiB per call, which took seconds through the pipe.
+# attention's KV caches are 1 GiB per call, which took seconds through the pipe. On a GPU the
+# fingerprint is a few kernels, while bytes cross to the host, the pipe and back to the judge's GPU, so
+# it starts far lower there (a top-p call's 512 KB of logits, thousands of times an evaluation); on a
+# CPU its random weights cost more than the copy (2.7 ms against 0.1 ms for 512 KB, 2026-12-03).
 FINGERPRINT_MIN_BYTES = 16 << 20
+FINGERPRINT_MIN_BYTES_GPU = 64 << 10
+
+
+def fingerprinted(t: torch.Tensor) -> bool:
+    """Does this input come back as a fingerprint (rather than its bytes)?"""
+    least = FINGERPRINT_MIN_BYTES if t.device.type == "cpu" else FINGERPRINT_MIN_BYTES_GPU
+    return t.numel() * t.element_size() >= least
 _FINGERPRINT_CHUNK_WORDS = 8 << 20
 
 

@@ -35,8 +35,8 @@ from ratchet.judge.guards import suspect_source
 from ratchet.judge.race import RaceBar, race_decision
 from ratchet.judge.process import Limits, WorkerFailure, WorkerProcess
 from ratchet.judge.worker import sample_indices
-from ratchet.judge.timing import (CPU_POLICY, GPU_POLICY, MAX_HOLD_SCALE, CallCosts, TimingPolicy, launch_exposed,
-                                  starting_hold_scale, summarize, too_many_exposed)
+from ratchet.judge.timing import (CPU_POLICY, GPU_POLICY, HOST_PARTS, MAX_HOLD_SCALE, CallCosts, TimingPolicy,
+                                  launch_exposed, starting_hold_scale, summarize, too_many_exposed)
 from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES, Reason, ShapeResult, Verdict, verdict_from_reasons
 from ratchet.task import StatisticalRule, Task
 
@@ -147,8 +147,11 @@ class Evaluation:
         # first_launch: the worker's own clock around the first call's launch (Triton's compile is in it),
         # to tell a slow compile from a slow round trip (two GPUs: 12 s against 2.7, 2026-11-30);
         # first_profiled instead when that call was the one run under the profiler (CUPTI starts in it).
+        # calls_*: the worker's own clock over the other calls (timing.HOST_PARTS and the fetch of what the
+        # judge checks; the rest of "calls" is the pipe); rule_test: a statistical rule's test itself.
         self.correctness_parts = {"first_call": 0.0, "first_launch": 0.0, "first_profiled": 0.0, "calls": 0.0,
-                                  "checks": 0.0}
+                                  **{f"calls_{part}": 0.0 for part in HOST_PARTS + ("fetch",)},
+                                  "checks": 0.0, "rule_test": 0.0}
         # Noise-prone checks that failed once and passed when repeated (_check_shape, _time_mode): said in
         # the verdict's notes, whatever the verdict.
         self.confirmations: list[str] = []
@@ -197,6 +200,10 @@ class Evaluation:
         verdict.verdict = verdict_from_reasons(verdict.reasons)
         if verdict.verdict == "pass" and verdict.shapes:
             verdict.speedup = weighted_geomean_speedup(verdict.shapes)
+        # Said as soon as it is known: a run judging several at once records them in proposal order, so
+        # a verdict can wait there behind an older, slower evaluation.
+        outcome = f"{verdict.speedup:.3f}x" if verdict.speedup else ",".join(r.code for r in verdict.reasons[:2])
+        self._report("judged", f"{verdict.verdict} {outcome}".strip(), 0, 0)
         verdict.judge_wall_s = round(time.perf_counter() - t0, 3)
         verdict.judge_host_s = {"cpu": round(time.thread_time() - cpu0, 3), "gpu_wait": round(self.gpu_wait_s, 3),
                                 # microseconds: a CPU candidate's first launch can be well under 1 ms
@@ -317,18 +324,25 @@ class Evaluation:
         pairs = self._check_calls(shape, dtype, calls, label, rule is not None, profiled)
         if not rule:
             return
-        details = rule.test(pairs)
+        details = self._rule_test(rule, pairs)
         if not details:
             return
         # An honest sampler fails the test at its false-reject rate by chance; a biased one fails again on
         # fresh draws. Rejecting only when a second, independent set fails too makes the honest rate the
         # square of the rule's (1e-8 for 1e-4), while a bias the test sees once it sees twice.
-        again = rule.test(self._check_calls(shape, dtype, calls, label, True, -1))
+        again = self._rule_test(rule, self._check_calls(shape, dtype, calls, label, True, -1))
         if again:
             raise Abort([Reason("statistical", f"{label}: {d} (and on a second, independent set of draws)")
                          for d in again])
         self.confirmations.append(f"{label}: the distribution test failed once ({details[0]}) and passed on a "
                                   "second, independent set of draws")
+
+    def _rule_test(self, rule: StatisticalRule, pairs: list) -> list[str]:
+        started = time.perf_counter()
+        try:
+            return rule.test(pairs)
+        finally:
+            self.correctness_parts["rule_test"] += time.perf_counter() - started
 
     def _check_calls(self, shape: dict, dtype: torch.dtype, calls: int, label: str, statistical: bool,
                      profiled: int) -> list:
@@ -363,6 +377,9 @@ class Evaluation:
                 if first:  # the references and comparisons run on the judge's GPU
                     held.enter_context(self._gpu("shared"))
                 for sub, result in zip(subs, reply["results"]):
+                    if not first:
+                        for part, us in (result.get("host_us") or {}).items():
+                            self.correctness_parts[f"calls_{part}"] += us / 1e6
                     self._raise_on_error(result)
                     self._raise_on_flags(result, label)
                     self._forbidden(result.get("ops"), label)
@@ -387,9 +404,8 @@ class Evaluation:
             reasons += check_dtypes(descs, [t.dtype for t in native])
         if reasons:
             raise Abort(reasons)
-        if statistical:  # the statistical rules work on the CPU (numpy)
-            outs = tuple(tensor_from_description(d) for d in descs)
-            return tuple(x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs), outs
+        if statistical:  # the rule's test runs where the judge made the inputs: on a GPU, all rows at once
+            return inputs, tuple(tensor_from_description(d, self.torch_device) for d in descs)
         # Values are compared on the judge's device, next to its reference (docs/NOTES.md, 2026-11-30).
         outs = tuple(tensor_from_description(d, self.torch_device) for d in descs)
         upcast = tuple(x.to(self.task.reference_dtype) if isinstance(x, torch.Tensor) and x.is_floating_point()

@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 import torch
 
 from ratchet.judge import guards, timing  # saves the primitives before any candidate import
-from ratchet.judge.check import FINGERPRINT_MIN_BYTES, POISON_BYTE, as_tuple, input_fingerprint, owns_storage
+from ratchet.judge.check import POISON_BYTE, as_tuple, fingerprinted, input_fingerprint, owns_storage
 from ratchet.judge.process import CRASH_PREFIX
 from ratchet.task import Task, load_task
 
@@ -262,7 +262,7 @@ def describe_tensor(t: torch.Tensor) -> dict:
 
 def describe_input(t: torch.Tensor, fingerprint_seed: int | None) -> dict:
     """An input after the call: its bytes, or for a large one its keyed fingerprint (check.py)."""
-    if fingerprint_seed is None or t.numel() * t.element_size() < FINGERPRINT_MIN_BYTES:
+    if fingerprint_seed is None or not fingerprinted(t):
         return describe_tensor(t)
     return {"shape": list(t.shape), "fingerprint": input_fingerprint(t, fingerprint_seed)}
 
@@ -430,7 +430,10 @@ def serve(conn: Connection, heartbeat: "Heartbeat | None" = None):
                 # Correctness calls in bulk (sampling tasks need thousands of draws): each call still
                 # has its own seed, poisoned memory and checks; outputs come back with the replies.
                 def with_outputs(result, sub):
+                    started = timing.perf_counter_ns()
                     result.update(harness.fetch({"inputs": True, "fingerprint_seed": sub.get("fingerprint_seed")}))
+                    if "host_us" in result:  # copying and describing what the judge checks
+                        result["host_us"]["fetch"] = (timing.perf_counter_ns() - started) / 1000.0
 
                 results, calls = _calls_in_bulk(harness, msg, calls, with_outputs)
                 reply = {"results": results}
