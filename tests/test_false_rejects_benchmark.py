@@ -1,6 +1,7 @@
 """benchmarks/false_rejects.py: its list of honest candidates, its counts by reason code, and its refusals
 (the full run, a thousand evaluations, is a benchmark, not a test)."""
 
+import json
 import sys
 from argparse import Namespace
 from pathlib import Path
@@ -46,3 +47,16 @@ def test_counts_by_verdict_and_code():
 ])
 def test_wrong_arguments_get_one_line_and_exit_2(args, says, capsys):
     assert_one_line_refusal(main, args, "false_rejects", says, capsys)
+
+
+@pytest.mark.slow
+def test_seconds_stops_between_evaluations_and_the_counts_are_saved_as_they_come(tmp_path, capsys):
+    # A GPU round is about an hour, so --seconds must end a count inside a round: here after the first
+    # evaluation of a round of ten, with what ran written to --out.
+    out = tmp_path / "counts.json"
+    code = main(["--only", "h0", "--evaluations", "10", "--jobs", "1", "--seconds", "0.001", "--out", str(out)])
+    captured = capsys.readouterr()
+    saved = json.loads(out.read_text())
+    assert code == 0 and saved["evaluations"] == 1 and saved["false_rejects"] == 0 and saved["rounds"] == 0
+    assert "stopped in round 1: --seconds 0.001 spent" in captured.err
+    assert captured.out.startswith("1 honest evaluations (10 candidates x 0 rounds")

@@ -54,7 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=2, help="untimed evaluations at a time (default 2)")
     parser.add_argument("--only", default=None, help="only candidates whose name contains this")
     parser.add_argument("--seconds", type=float, default=None,
-                        help="stop after the round in which this much wall time is spent (the count covers what ran)")
+                        help="stop starting evaluations once this much wall time is spent (the count covers what ran)")
     parser.add_argument("--seed", type=int, default=0, help="the order of the evaluations in each round")
     parser.add_argument("--out", default=None, help="also write the counts to this JSON file")
     return parser.parse_args(argv)
@@ -134,22 +134,44 @@ def run(args) -> dict:
     burners = start_burners(24 * 3600) if args.busy else []
     started = time.perf_counter()
     done_rounds = reported = 0
+
+    def spent() -> bool:
+        return args.seconds is not None and time.perf_counter() - started >= args.seconds
+
+    def record(batch: list[dict]):
+        # Each false reject as soon as it is known, and the counts so far saved: a long count may be cut.
+        nonlocal reported
+        results.extend(batch)
+        for res in results[reported:]:
+            if is_false_reject(res):
+                print(f"false reject: {res['name']}: {res['verdict']} {res['codes']}: {res['detail']}",
+                      file=sys.stderr, flush=True)
+        reported = len(results)
+        if args.out:
+            summary = summarize(results, candidates, done_rounds, args, time.perf_counter() - started)
+            Path(args.out).write_text(json.dumps(summary, indent=2))
+
     try:
         for r, order in enumerate(plan):
+            # A GPU round is about an hour (every seed timed in full), so --seconds is looked at between
+            # evaluations, not only between rounds.
             untimed = [h for h in order if not h.timed]
             with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-                results += list(pool.map(lambda h: judge(h, args.device), untimed))
-            results += [judge(h, args.device) for h in order if h.timed]
-            rejects = sum(map(is_false_reject, results))
-            for res in results[reported:]:  # each false reject as soon as its round ends: a long count may be cut
-                if is_false_reject(res):
-                    print(f"false reject: {res['name']}: {res['verdict']} {res['codes']}: {res['detail']}",
-                          file=sys.stderr, flush=True)
-            reported = len(results)
+                for i in range(0, len(untimed), max(1, args.jobs)):
+                    if spent():
+                        break
+                    record(list(pool.map(lambda h: judge(h, args.device), untimed[i:i + max(1, args.jobs)])))
+            for h in order:
+                if h.timed and not spent():
+                    record([judge(h, args.device)])
+            if spent() and len(results) < sum(map(len, plan[:r + 1])):
+                print(f"stopped in round {r + 1}: --seconds {args.seconds:g} spent", file=sys.stderr, flush=True)
+                break
             done_rounds = r + 1
+            rejects = sum(map(is_false_reject, results))
             print(f"round {r + 1}/{rounds}: {len(results)} evaluations, {rejects} false rejects, "
                   f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-            if args.seconds is not None and time.perf_counter() - started >= args.seconds:
+            if spent():
                 print(f"stopped after round {r + 1}: --seconds {args.seconds:g} spent", file=sys.stderr, flush=True)
                 break
     finally:

@@ -293,6 +293,27 @@ def _poisoned_share(device: str) -> tuple[float, float]:
     return float(worst), float(mean)
 
 
+def test_the_versioned_weight_cache_never_serves_a_freed_weights_copy():
+    """The honest #4 twin across shapes that share a weight size, each weight freed before the next is
+    made, as the judge's worker does: the allocator hands the new weight the freed one's address and a
+    tensor made by the same ops has the same version, so a cache keyed by address and version served
+    the old weight's copy (16 of 20 calls here; wrong_output on the H200, 2026-12-03). Every call must
+    match the reference."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("h04_versioned", HERE / "honest" / "h04_weight_cache_versioned.py")
+    twin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(twin)
+    task = load_task("rmsnorm")
+    wrong = 0
+    for seed in range(20):
+        x, weight, eps = task.make_inputs({"T": 4, "H": 7168}, torch.bfloat16, "cpu", torch.Generator().manual_seed(seed))
+        out = twin.kernel(x, weight, eps)
+        wrong += not torch.allclose(out.float(), task.reference(x.float(), weight.float(), eps).float(), atol=1e-2, rtol=1e-2)
+        del x, weight, out
+    assert wrong == 0
+
+
 def test_cpu_poison_reaches_the_kernels_allocations():
     """#1 and #19 on the CPU: right after the poison, a kernel's torch.empty_like must hold it. malloc
     keeps its free-list pointers in the first bytes of a freed block, so a few elements of a small

@@ -1,20 +1,25 @@
-"""Honest twin of #4: a lazily built cache of the weight's fp32 copy, keyed by the weight's address, shape,
-dtype, device and its version counter (torch bumps ``_version`` on every in-place write, so a weight
-refilled in place gets a new key and a fresh copy). What an engineer writes to convert weights once per
-model load, not once per call; the key cannot go stale. Must pass. Task: rmsnorm."""
+"""Honest twin of #4: a lazily built cache of the weight's fp32 copy, kept beside the weight tensor itself
+and its version counter (torch bumps ``_version`` on every in-place write, so a weight refilled in place
+gets a fresh copy). What an engineer writes to convert weights once per model load, not once per call.
+
+The entry holds the weight, so its memory cannot be freed and handed to another tensor while cached: a
+key of the weight's address and version alone went stale on the H200 (2026-12-03), when CUDA's caching
+allocator gave the next shape's new weight the freed one's address and the same version. Must pass.
+Task: rmsnorm."""
 
 import torch
 
-_F32: dict = {}
+_F32: list = []  # (weight, its version when copied, the fp32 copy), newest last
 
 
 def _weight_f32(weight):
-    key = (weight.data_ptr(), weight._version, tuple(weight.shape), weight.dtype, weight.device)
-    w32 = _F32.get(key)
-    if w32 is None:
-        if len(_F32) >= 8:  # bounded: a long run of refilled weights must not grow it forever
-            _F32.clear()
-        w32 = _F32[key] = weight.float()
+    for held, version, w32 in _F32:
+        if held is weight and version == weight._version:
+            return w32
+    if len(_F32) >= 8:  # bounded: a long run of refilled weights must not grow it forever
+        _F32.pop(0)
+    w32 = weight.float()
+    _F32.append((weight, weight._version, w32))
     return w32
 
 
