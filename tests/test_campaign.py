@@ -230,9 +230,12 @@ def test_bad_optimize_and_export_input_is_one_line(tmp_path):
     for argv, words in ((["optimize", "no-such-model", "--device", "cpu", "--ledger", ledger], "neither a built-in"),
                         (["optimize", "--resume", "c00000000", "--ledger", ledger], "unknown campaign"),
                         (["optimize", "--device", "cpu", "--ledger", ledger], "MODEL or --resume"),
+                        # refused before the campaign is recorded: one line, no "campaign ... started"
+                        (["optimize", '{"BLOCK": 1}', "--device", "cpu", "--ledger", ledger], "is not a function name"),
                         (["export", "r00000000", "-o", str(tmp_path / "o"), "--ledger", ledger], "unknown run")):
         proc = _ratchet(*argv, check=False, timeout=300)
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "started" not in proc.stdout, (proc.stdout, proc.stderr)
     assert main is not None
 
 

@@ -4,6 +4,7 @@ the unadapted model's logits; transformers directories with and without weights;
 
 import copy
 import json
+import re
 import textwrap
 
 import pytest
@@ -209,6 +210,17 @@ def test_bad_model_arguments_are_one_line(tmp_path):
     with pytest.raises(ModelError, match="not a transformers config"):
         load_model(str(bad))
     assert model_key("llama") == "llama" and model_key(str(bad)).startswith("bad_")
+    # A module:function refused from its text alone, before anything is imported or recorded.
+    from ratchet.e2e.models import check_spec
+
+    for spec, words in (('{"BLOCK": 1}', "' 1}' is not a function name"),
+                        ('{"BLOCK":build', 'cannot import {"BLOCK" (no such module)'),
+                        ("no_such_module_here:build", "cannot import no_such_module_here (no such module)"),
+                        (f"{tmp_path / 'missing.py'}:build", "no file"),
+                        ("json:", "is not a function name")):
+        with pytest.raises(ModelError, match=re.escape(words)):
+            check_spec(spec)
+    assert check_spec("json:dumps") == "module"  # found, not imported by the check
 
 
 @pytest.mark.parametrize("family", families.FAMILIES)

@@ -3,11 +3,13 @@
 A run of the tuner over three files made from one seed of the task: the seed itself, a slow twin (honest:
 it calls the seed's kernel three times per call) and a wrong twin (its floating-point outputs scaled),
 each with the seed's SPACE. The table gives, per class of attempt, how many there were and the judge's
-wall seconds (the ledger's ``judge_wall_s``): the seed's kept and not-kept attempts, the slow twin's
-(raced where the judge races, else timed in full and not kept) and the wrong twin's (failed); each
-class says which files its attempts came from (an honest file can fail on a noisy machine). With
-``--src`` given more than once the same run is made with each Ratchet source tree (e.g. the code before
-and after a change) and the table has a column per tree.
+wall seconds (the ledger's ``judge_wall_s``, and their mean by phase: start, first call, the rest of
+correctness, timing): the seed's kept and not-kept attempts, the slow twin's (raced where the judge
+races, else timed in full and not kept) and the wrong twin's (failed); each class says which files its
+attempts came from (an honest file can fail on a noisy machine). A CUDA seed's configs are separate
+builds, so an attempt at a config not built yet spends the build in its first call. With ``--src`` given
+more than once the same run is made with each Ratchet source tree (e.g. the code before and after a
+change) and the table has a column per tree.
 
     python -m benchmarks.probes.judge_costs --task rmsnorm --device cpu --budget 6
     python -m benchmarks.probes.judge_costs --task rmsnorm --device cuda --budget 9 --src /path/to/old/src --src src
@@ -103,14 +105,28 @@ def run_once(src: str | None, args, files: list[Path], folder: Path) -> list[dic
             kind = CLASSES[1]
         else:
             kind = CLASSES[3] if row["kept"] else CLASSES[2]
+        extra = json.loads(row["extra_json"] or "{}")
+        phases = dict(extra.get("phases_s") or {})
+        # The first call (import, compile: a CUDA config's nvcc build) apart from the rest of the checks.
+        first = float((extra.get("judge_host_s") or {}).get("first_call") or 0.0)
+        if "correctness" in phases:
+            phases["first call"] = first
+            phases["correctness"] = max(0.0, float(phases["correctness"]) - first)
         out.append({"seq": row["seq"], "file": name, "verdict": row["verdict"], "kept": bool(row["kept"]),
-                    "raced": raced, "judge_wall_s": row["judge_wall_s"], "class": kind})
+                    "raced": raced, "judge_wall_s": row["judge_wall_s"], "class": kind,
+                    "phases_s": {k: float(v) for k, v in phases.items()}})
     return out
+
+
+# Where an attempt's seconds went: the verdict's phases_s, with the first call (its compile) taken out of
+# the correctness phase.
+PHASES = ("start", "first call", "correctness", "timing")
 
 
 def table(results: dict[str, list[dict]]) -> str:
     trees = list(results)
-    lines = ["| attempt | " + " | ".join(f"{t}: n (files), mean s, median s" for t in trees) + " |",
+    lines = ["| attempt | " + " | ".join(f"{t}: n (files), mean s, median s, mean s by phase ({' / '.join(PHASES)})"
+                                        for t in trees) + " |",
              "| --- | " + " | ".join("---" for _ in trees) + " |"]
     for kind in CLASSES:
         cells = []
@@ -119,7 +135,10 @@ def table(results: dict[str, list[dict]]) -> str:
             seconds = [a["judge_wall_s"] for a in picked]
             if seconds:
                 files = ", ".join(f"{n} {k}" for k, n in Counter(a["file"].split("_")[0] for a in picked).items())
-                cells.append(f"{len(seconds)} ({files}), {statistics.mean(seconds):.1f}, {statistics.median(seconds):.1f}")
+                phases = " / ".join(f"{statistics.mean(a.get('phases_s', {}).get(p, 0.0) for a in picked):.1f}"
+                                    for p in PHASES)
+                cells.append(f"{len(seconds)} ({files}), {statistics.mean(seconds):.1f}, "
+                              f"{statistics.median(seconds):.1f}, {phases}")
             else:
                 cells.append("-")
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")

@@ -465,10 +465,10 @@ def _pairs(value):
 
 
 def start_campaign(ledger: Ledger, request: CampaignRequest) -> str:
-    from ratchet.e2e.models import ModelError, kind_of
+    from ratchet.e2e.models import ModelError, check_spec, kind_of
 
     try:
-        kind_of(request.model)
+        check_spec(request.model)  # refused before a campaign is recorded, not when its first step fails
     except ModelError as exc:
         raise CampaignError(str(exc)) from None
     model = request.model

@@ -49,15 +49,32 @@ def kind_of(spec: str) -> str:
 
 
 def check_spec(spec: str) -> str:
-    """``kind_of(spec)``, and for a transformers model that its config.json is there: what can be told
-    before anything is built (so a command can refuse in one line before it says it is building)."""
+    """``kind_of(spec)``, and what can be told before anything is built or imported (so a command can
+    refuse in one line before it says it is starting): a transformers model's config.json is there; a
+    module:function names a Python file that exists or a module that can be found, and a function name."""
     kind = kind_of(spec)
     if kind == "transformers":
         path = Path(spec)
         config_file = path if path.suffix == ".json" else path / "config.json"
         if not config_file.exists():
             raise ModelError(f"{path.parent if path.suffix == '.json' else path} holds no config.json")
+    elif kind == "module":
+        module_name, _, function_name = spec.rpartition(":")
+        if not function_name.isidentifier():
+            raise ModelError(f"{spec}: '{function_name}' is not a function name (module:function)")
+        if module_name.endswith(".py"):
+            if not Path(module_name).is_file():
+                raise ModelError(f"{spec}: no file {module_name}")
+        elif not all(part.isidentifier() for part in module_name.split(".")) or not _findable(module_name):
+            raise ModelError(f"{spec}: cannot import {module_name} (no such module)")
     return kind
+
+
+def _findable(module_name: str) -> bool:
+    try:
+        return importlib.util.find_spec(module_name) is not None
+    except (ImportError, ValueError):  # a parent package that is missing or not a package
+        return False
 
 
 def model_key(spec: str) -> str:

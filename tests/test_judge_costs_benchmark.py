@@ -1,0 +1,37 @@
+"""benchmarks/probes/judge_costs.py's table: attempts by class with their judge seconds, and where those
+seconds went by phase (the verdict's phases_s), so a slow failed attempt says whether it waited on its
+start, its checks or its timing."""
+
+from benchmarks.probes.judge_costs import make_files, table
+
+
+def attempt(file, kind, wall, start, first, correctness, timing=None):
+    phases = {"start": start, "first call": first, "correctness": correctness,
+              **({"timing": timing} if timing is not None else {})}
+    return {"file": file, "class": kind, "judge_wall_s": wall, "phases_s": phases}
+
+
+def test_each_class_gets_its_count_files_seconds_and_phases():
+    rows = [attempt("wrong_seed.py", "failed", 50.0, 4.0, 36.0, 10.0),
+            attempt("wrong_seed.py", "failed", 52.0, 4.0, 40.0, 8.0),
+            attempt("seed_seed.py", "kept", 150.0, 4.0, 36.0, 30.0, 80.0)]
+    lines = table({"this tree": rows}).splitlines()
+    assert "mean s by phase (start / first call / correctness / timing)" in lines[0]
+    failed = next(line for line in lines if line.startswith("| failed |"))
+    assert failed == "| failed | 2 (2 wrong), 51.0, 51.0, 4.0 / 38.0 / 9.0 / 0.0 |"
+    assert next(line for line in lines if line.startswith("| kept |")) == "| kept | 1 (1 seed), 150.0, 150.0, 4.0 / 36.0 / 30.0 / 80.0 |"
+    assert next(line for line in lines if line.startswith("| raced |")) == "| raced | - |"
+
+
+def test_the_three_files_are_the_seed_a_slow_twin_and_a_wrong_twin(tmp_path):
+    seed = tmp_path / "s.py"
+    seed.write_text("def kernel(x):\n    return x")
+    files = make_files(seed, tmp_path)
+    assert [f.name for f in files] == ["seed_s.py", "slow_s.py", "wrong_s.py"]
+    space = {}
+    exec(files[1].read_text(), space)
+    assert space["kernel"](2) == 2
+    exec(files[2].read_text(), space)
+    import torch
+
+    assert torch.equal(space["kernel"](torch.tensor([2.0])), torch.tensor([4.0]))  # 2 * 1.5 + 1
