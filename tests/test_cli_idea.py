@@ -38,7 +38,7 @@ def test_add_list_drop_and_show(tmp_path, capsys):
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     ledger = str(tmp_path / "l.sqlite")
     for argv in (("idea", "add", "no_such_task", "x"), ("idea", "add", "rmsnorm", "  "), ("idea", "drop", "7"),
-                 ("idea", "drop", "seven")):
+                 ("idea", "drop", "seven"), ("idea", "drop", str(2 ** 63))):  # past SQLite's 64-bit integers
         code, out, err = run_cli(capsys, *argv, "--ledger", ledger)
         assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("ratchet: error:"), (argv, err)
     code, out, _ = run_cli(capsys, "idea", "list", "--ledger", ledger)

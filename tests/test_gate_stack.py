@@ -199,7 +199,9 @@ def test_a_kernel_slow_at_long_context_fails_there_only(lab):
     assert code == 1 and out["verdict"] == "fail"
     for s in out["settings"]:
         if s["kind"] == "decode" and s["length"] == 1024:
-            assert s["verdict"] == "fail" and s["reason"] == "slower" and s["ratio"] > 2, s
+            # The spin adds ~1 ms per attention call; a loaded machine's longer baseline step lowers the
+            # ratio (1.89 with the full suite beside it), still far past the 8% noise floor.
+            assert s["verdict"] == "fail" and s["reason"] == "slower" and s["ratio"] > 1.5, s
             assert "slower with the kernel" in s["detail"]
         else:  # at 64 and 256 cached positions it costs nothing; prefill does not run it
             assert s["verdict"] == "pass", s

@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ratchet: interrupted", file=sys.stderr)
         return 130
+    except OverflowError as exc:  # a number the user gave past what the ledger stores (SQLite: 64 bits)
+        print(f"ratchet: error: a number is out of range ({exc})", file=sys.stderr)
+        return EXIT_USAGE
     except OSError as exc:  # a path the user gave that cannot be used: too long, no permission, no space
         where = f": {str(exc.filename)[:200]}" if exc.filename else ""
         print(f"ratchet: error: {exc.strerror or exc}{where}", file=sys.stderr)
