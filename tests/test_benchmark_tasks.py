@@ -25,6 +25,13 @@ def test_rmsnorm_decode_is_rmsnorm_at_decode_sizes():
     _same_as_builtin(task, parent)
 
 
+def test_rmsnorm_one_shape_is_rmsnorm_at_one_decode_shape_with_none_held_out():
+    task, parent = load_task(str(TASKS / "rmsnorm_one_shape.py")), load_task("rmsnorm")
+    assert task.name == "rmsnorm_one_shape" and task.dtypes == (torch.bfloat16,)
+    assert task.gpu.public == [{"T": 64, "H": 4096}] and task.gpu.held_out is None
+    _same_as_builtin(task, parent)
+
+
 def test_top_p_b64_is_top_p_at_the_goal_shape():
     task, parent = load_task(str(TASKS / "top_p_b64.py")), load_task("top_p_sampling")
     assert task.name == "top_p_b64" and task.gpu.public == [{"B": 64, "V": 129280}]

@@ -91,3 +91,20 @@ def test_a_slow_oldest_evaluation_does_not_idle_the_other_slots(tmp_path):
     configs = [a["config_key"] for a in ledger.attempts(run_id)]
     _, serial_rows = run_loop(tmp_path, 1, "serial")
     assert configs == [row[1] for row in serial_rows]  # proposal order, as a serial run
+
+
+def test_gpu_slots_given_without_a_device_lock_get_one_per_gpu():
+    # Timing alone on a GPU rests on its lock: a caller that passes none must not time over the checks of
+    # the evaluations in flight beside it.
+    from ratchet.judge import JudgeOptions
+    from ratchet.judge.device_lock import DeviceLock
+    from ratchet.run.executor import LocalExecutor
+
+    mine = DeviceLock()
+    slots = LocalExecutor([JudgeOptions(device="cuda", gpu_index=0), JudgeOptions(device="cuda", gpu_index=1),
+                           JudgeOptions(device="cuda", gpu_index=2, device_lock=mine)]).slots
+    assert all(isinstance(s.device_lock, DeviceLock) for s in slots)
+    assert slots[0].device_lock is not slots[1].device_lock and slots[2].device_lock is mine
+    again = LocalExecutor([JudgeOptions(device="cuda", gpu_index=3)] * 2).slots  # one GPU, one lock
+    assert again[0].device_lock is again[1].device_lock
+    assert LocalExecutor([JudgeOptions(device="cpu")]).slots[0].device_lock is None  # one at a time there

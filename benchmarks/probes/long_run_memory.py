@@ -12,6 +12,16 @@ processes left under this one (keepers, workers: there must be none).
     python -m benchmarks.probes.long_run_memory --task benchmarks/tasks/rmsnorm_decode.py --no-timing --seconds 240
     python -m benchmarks.probes.long_run_memory --task tests/data/tasks/axpby.py --seeds tests/data/candidates/axpby_honest.py \
         --device cpu --attempts 5
+    # one run over two device calls: the second resumes the run in the ledger the first left
+    python -m benchmarks.probes.long_run_memory --task T --attempts 200 --seconds 480 --ledger out/long.sqlite
+    python -m benchmarks.probes.long_run_memory --task T --attempts 200 --seconds 480 --ledger out/long.sqlite --resume
+
+The GPU's used memory counts every process on it, and each live worker holds a CUDA context (about
+0.9 GiB on the H200), so a sample taken during the run says how many evaluations were in flight at that
+moment more than anything else (it is shown, with its maximum, but not bounded). GPU growth is the used
+memory at rest: after the run, once its processes are gone, against before its first attempt, with this
+process's own CUDA context open both times. With --resume the attempts already in the ledger count
+toward --attempts, and the table covers this process's attempts (a fresh judge process: its memory starts anew).
 
 Exit status 1 when host or GPU memory grew by more than --max-growth-mib between the first and the last
 quarter of the attempts (medians), when the judge's seconds per attempt grew by more than --max-slowdown
@@ -36,6 +46,7 @@ import torch
 
 from ratchet.candidate import load_candidate
 from ratchet.judge import JudgeOptions
+from ratchet.run.executor import LOOKAHEAD, LocalExecutor
 from ratchet.run.ledger import Ledger
 from ratchet.run.loop import Loop, LoopEvent, RunLimits, load_seeds
 from ratchet.search.base import Outcome, Proposal
@@ -51,9 +62,10 @@ class CyclingProposer:
 
     name = "cycle"
 
-    def __init__(self, candidates, folder: Path):
+    def __init__(self, candidates, folder: Path, start: int = 0):
         self._turns = itertools.cycle([(c, cfg) for c in candidates for cfg in c.all_configs()])
-        self.folder, self.count = folder, 0
+        # A resumed run starts numbering after the attempts already judged, so no file repeats one of them.
+        self.folder, self.count = folder, start
 
     def propose(self) -> Proposal | None:
         seed, config = next(self._turns)
@@ -82,10 +94,22 @@ class Sampler:
     def __call__(self, event: LoopEvent):
         gpu = None
         if self.device == "cuda":
-            free, total = torch.cuda.mem_get_info()
-            gpu = (total - free) / MIB
+            gpu = gpu_used_mib()
         self.samples.append(Sample(event.attempts, self.me.memory_info().rss / MIB, gpu, event.judge_wall_s,
                                    event.verdict))
+
+
+def gpu_used_mib() -> float:
+    """The device's used memory, all processes (total minus free); opens this process's CUDA context."""
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / MIB
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:  # ended between the listing and the question
+        return False
 
 
 def slope(ys: list[float]) -> float:
@@ -103,17 +127,26 @@ def quarters(ys: list[float]) -> tuple[float, float]:
     return statistics.median(ys[:q]), statistics.median(ys[-q:])
 
 
-def table(samples: list[Sample]) -> list[dict]:
+def table(samples: list[Sample], gpu_at_rest: tuple[float, float] | None = None) -> list[dict]:
+    """One row per metric. Host RSS and the judge's seconds grow by their quarters' medians; the GPU's
+    memory during the run is shown unbounded (growth None: it follows the evaluations in flight), and at
+    rest, given as (before, after), grows by the difference."""
     rows = []
     for name, unit, values in (("host RSS of the judge", "MiB", [s.host_rss_mib for s in samples]),
-                               ("GPU memory used", "MiB", [s.gpu_used_mib for s in samples]),
+                               ("GPU memory used in flight", "MiB", [s.gpu_used_mib for s in samples]),
                                ("judge seconds per attempt", "s", [s.judge_s for s in samples])):
         if not values or values[0] is None:
             continue
         early, late = quarters(values)
+        in_flight = name.endswith("in flight")
         rows.append({"metric": name, "unit": unit, "first": values[0], "last": values[-1], "max": max(values),
                      "slope_per_attempt": slope(values), "first_quarter": early, "last_quarter": late,
-                     "growth": late - early})
+                     "growth": None if in_flight else late - early})
+    if gpu_at_rest is not None:
+        before, after = gpu_at_rest
+        rows.insert(1, {"metric": "GPU memory used at rest", "unit": "MiB", "first": before, "last": after,
+                        "max": max(before, after), "slope_per_attempt": None, "first_quarter": before,
+                        "last_quarter": after, "growth": after - before})
     return rows
 
 
@@ -127,7 +160,7 @@ def verdicts_of(samples: list[Sample]) -> dict:
 def problems(rows: list[dict], attempts: int, max_growth_mib: float, max_slowdown: float, left: int) -> list[str]:
     found = []
     for row in rows:
-        if row["unit"] == "MiB" and row["growth"] > max_growth_mib:
+        if row["unit"] == "MiB" and row["growth"] is not None and row["growth"] > max_growth_mib:
             found.append(f"{row['metric']} grew {row['growth']:.0f} MiB (bound {max_growth_mib:.0f} MiB)")
         early, late = row["first_quarter"], row["last_quarter"]
         if row["unit"] == "s" and attempts >= 20 and early > 0 and late / early > max_slowdown:
@@ -149,11 +182,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-growth-mib", type=float, default=256.0)
     parser.add_argument("--max-slowdown", type=float, default=1.5)
     parser.add_argument("--out", default=None, help="folder for long_run_memory.json")
+    parser.add_argument("--ledger", default=None,
+                        help="keep the run in this ledger file (default: a temporary one, gone after)")
+    parser.add_argument("--lookahead", type=int, default=LOOKAHEAD,
+                        help=f"evaluations in flight on the GPU beyond the one timed (the loop's default: {LOOKAHEAD})")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on with the one run in --ledger (one run over several device calls)")
     args = parser.parse_args(argv)
     if args.attempts < 1:
         parser.error("--attempts must be at least 1")
     if args.seconds is not None and args.seconds <= 0:
         parser.error("--seconds must be positive")
+    if args.lookahead < 0:
+        parser.error("--lookahead must be 0 or more")
+    if args.resume and not (args.ledger and Path(args.ledger).is_file()):
+        parser.error("--resume needs --ledger naming the file an earlier call left")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda needs a CUDA GPU, and this machine has none")
     try:
@@ -166,35 +209,55 @@ def main(argv: list[str] | None = None) -> int:
         print(f"long_run_memory: task {task.name} has no seeds for {args.device}", file=sys.stderr)
         return 2
     sampler = Sampler(args.device)
+    gpu_before = gpu_used_mib() if args.device == "cuda" else None
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp, Ledger(Path(tmp) / "ledger.sqlite") as ledger:
-        run_id = ledger.create_run(task=task.name, task_path=args.task, device=args.device, device_name=args.device,
-                                   proposer=CyclingProposer.name, budget_attempts=args.attempts)
+    with tempfile.TemporaryDirectory() as tmp, Ledger(Path(args.ledger or Path(tmp) / "ledger.sqlite")) as ledger:
+        if args.resume:
+            runs = ledger.list_runs()
+            if len(runs) != 1:
+                print(f"long_run_memory: {args.ledger} holds {len(runs)} runs, not the one to resume", file=sys.stderr)
+                return 2
+            run_id = runs[0]["id"]
+        else:
+            run_id = ledger.create_run(task=task.name, task_path=args.task, device=args.device,
+                                       device_name=args.device, proposer=CyclingProposer.name,
+                                       budget_attempts=args.attempts)
+        before = ledger.count_attempts(run_id)
         options = [JudgeOptions(device=args.device, time_it=not args.no_timing)]
         copies = Path(tmp) / "attempts"
         copies.mkdir()
         limits = RunLimits(budget_attempts=args.attempts, budget_seconds=args.seconds)
-        loop = Loop(ledger, run_id, task, CyclingProposer(candidates, copies), limits,
-                    options, on_event=sampler, candidates=candidates, counters="off")
+        loop = Loop(ledger, run_id, task, CyclingProposer(candidates, copies, start=before), limits,
+                    options, on_event=sampler, candidates=candidates, counters="off",
+                    executor=LocalExecutor(options, lookahead=args.lookahead))
         result = loop.run()
+        in_run = ledger.count_attempts(run_id)
+        verdicts_in_run = {}
+        for attempt in ledger.attempts(run_id):
+            verdicts_in_run[attempt["verdict"]] = verdicts_in_run.get(attempt["verdict"], 0) + 1
     wall = time.perf_counter() - started
     time.sleep(1)  # keepers end within their grace
-    left = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
-    rows = table(sampler.samples)
-    found = problems(rows, result.attempts, args.max_growth_mib, args.max_slowdown, len(left))
+    left = [p for p in psutil.Process().children(recursive=True) if _alive(p)]
+    rows = table(sampler.samples, (gpu_before, gpu_used_mib()) if gpu_before is not None else None)
+    found = problems(rows, len(sampler.samples), args.max_growth_mib, args.max_slowdown, len(left))
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
-    print(f"{device}, {time.strftime('%Y-%m-%d')}, {task.name}: {result.attempts} attempts in {wall:.0f} s "
-          f"({result.stop_reason}); verdicts {verdicts_of(sampler.samples)}")
-    print(f"{'metric':<28} {'first':>9} {'last':>9} {'max':>9} {'slope/attempt':>14} {'growth':>9}")
+    print(f"{device}, {time.strftime('%Y-%m-%d')}, {task.name}: {len(sampler.samples)} attempts in {wall:.0f} s "
+          f"({result.stop_reason}, lookahead {args.lookahead}); verdicts {verdicts_of(sampler.samples)}")
+    if before:
+        print(f"the run now holds {in_run} attempts ({before} from earlier calls); verdicts {verdicts_in_run}")
+    print(f"{'metric':<32} {'first':>9} {'last':>9} {'max':>9} {'slope/attempt':>14} {'growth':>9}")
     for row in rows:
-        print(f"{row['metric'] + ' (' + row['unit'] + ')':<28} {row['first']:>9.1f} {row['last']:>9.1f} "
-              f"{row['max']:>9.1f} {row['slope_per_attempt']:>14.3f} {row['growth']:>9.1f}")
+        slope_text = "" if row["slope_per_attempt"] is None else f"{row['slope_per_attempt']:.3f}"
+        growth_text = "" if row["growth"] is None else f"{row['growth']:.1f}"
+        print(f"{row['metric'] + ' (' + row['unit'] + ')':<32} {row['first']:>9.1f} {row['last']:>9.1f} "
+              f"{row['max']:>9.1f} {slope_text:>14} {growth_text:>9}")
     print(f"processes left after the run: {len(left)}")
     print("; ".join(found) if found else f"flat: growth within {args.max_growth_mib:.0f} MiB, no slowdown")
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "long_run_memory.json").write_text(json.dumps(
-            {"attempts": result.attempts, "wall_s": wall, "rows": rows, "problems": found,
+            {"attempts": len(sampler.samples), "attempts_in_run": in_run, "attempts_before": before,
+             "verdicts_in_run": verdicts_in_run, "wall_s": wall, "rows": rows, "problems": found,
              "samples": [s.__dict__ for s in sampler.samples]}, indent=1) + "\n")
     return 1 if found else 0
 

@@ -62,16 +62,32 @@ class Executor(Protocol):
 LOOKAHEAD = 2
 
 
+def _locked(judge_options: list[JudgeOptions]) -> list[JudgeOptions]:
+    """The GPU slots, each with the device lock of its GPU. Evaluations in flight together are timed alone
+    only through that lock, so a caller that gave none (a library user, a benchmark) gets one per GPU
+    index: without it, on 2026-12-04 on the H200, six rmsnorm evaluations in flight timed over each
+    other's checks and an honest kernel failed clock_mismatch."""
+    from ratchet.judge.device_lock import DeviceLock
+
+    locks: dict[int, Any] = {o.gpu_index: o.device_lock for o in judge_options if o.device_lock is not None}
+    slots = []
+    for options in judge_options:
+        if options.device == "cuda" and options.device_lock is None:
+            options = replace(options, device_lock=locks.setdefault(options.gpu_index, DeviceLock()))
+        slots.append(options)
+    return slots
+
+
 class LocalExecutor:
     """The judge on this machine: one slot per GPU (their device locks shared by the evaluations on it),
     or one CPU slot judging one evaluation at a time (checks beside a timing would disturb it)."""
 
     name = "local"
 
-    def __init__(self, judge_options: list[JudgeOptions]):
-        self.slots = list(judge_options)
+    def __init__(self, judge_options: list[JudgeOptions], lookahead: int = LOOKAHEAD):
+        self.slots = _locked(judge_options)
         cuda = self.slots[0].device == "cuda"
-        self.pipeline = len(self.slots) * (1 + LOOKAHEAD) if cuda else 1
+        self.pipeline = len(self.slots) * (1 + lookahead) if cuda else 1
         self._names: dict[int, str] = {}
 
     def judge(self, task: Task, candidate: Candidate, config: dict, slot: JudgeOptions,
