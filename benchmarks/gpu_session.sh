@@ -116,6 +116,9 @@ for stage in $STAGES; do
           timeout "${RUNS_S:-540}" python -m benchmarks.suite_runs --tasks ${RUN_TASKS:-rmsnorm add_rmsnorm silu_mul} \
              --shapes 4 --time-per-task "${RUN_TIME:-90}" --ledger "$OUT/ledger.sqlite" --out "$OUT/runs" \
              > "$OUT/runs.log" 2>&1 ;;
+    # Forked GPU workers (RATCHET_FORKSERVER=1) against executed ones: verdicts and start seconds.
+    worker_start) timeout "${WORKER_START_S:-150}" python -m benchmarks.probes.worker_start --repeats 2 \
+             --task benchmarks/tasks/rmsnorm_one_shape.py --candidate "$ROWWISE" --out "$OUT" > "$OUT/worker_start.log" 2>&1 ;;
     guard) timeout "${GUARD_S:-150}" python -m benchmarks.probes.guard_cost --task rmsnorm --repeats 2 --shapes 4 \
              --seed-file "$ROWWISE" --out "$OUT" > "$OUT/guard.log" 2>&1 ;;
     suite) timeout "${SUITE_S:-540}" python -m benchmarks.suite ${SUITE_ARGS:-} --out "$OUT/suite" \
@@ -166,7 +169,7 @@ for stage in $STAGES; do
   echo "== $stage: exit $? in $(( $(date +%s) - t0 )) s"
 done
 grep -h -E "^(PASSED|FAILED|ERROR|SKIPPED) |Timeout" "$OUT/pytest_gpu.log" 2>/dev/null | sort | uniq -c | sort -rn | head -5
-for f in smoke.log long_run.log pytest_gpu.log eval_rmsnorm.err eval_seeds.md search_efficiency.md loop_throughput.txt guard_cost.md \
+for f in smoke.log long_run.log pytest_gpu.log eval_rmsnorm.err eval_seeds.md search_efficiency.md loop_throughput.txt guard_cost.md worker_start.md \
          judge_phase_costs.md all/eval_seeds.md runs/runs.md suite/suite.md largest/suite.md e2e/e2e_stack.md e2e_models/e2e_models.md \
          search_decode/search_efficiency.md search/search_efficiency.md; do
   [ -f "$OUT/$f" ] && { echo "== $f"; tail -20 "$OUT/$f"; }

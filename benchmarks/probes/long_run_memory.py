@@ -46,6 +46,7 @@ import torch
 
 from ratchet.candidate import load_candidate
 from ratchet.judge import JudgeOptions
+from ratchet.judge.forkserver import ForkServer
 from ratchet.run.executor import LOOKAHEAD, LocalExecutor
 from ratchet.run.ledger import Ledger
 from ratchet.run.loop import Loop, LoopEvent, RunLimits, load_seeds
@@ -237,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
             verdicts_in_run[attempt["verdict"]] = verdicts_in_run.get(attempt["verdict"], 0) + 1
     wall = time.perf_counter() - started
     time.sleep(1)  # keepers end within their grace
-    left = [p for p in psutil.Process().children(recursive=True) if _alive(p)]
+    servers = ForkServer.pids()  # they wait for this process's next worker; what they forked is counted
+    left = [p for p in psutil.Process().children(recursive=True) if _alive(p) and p.pid not in servers]
     rows = table(sampler.samples, (gpu_before, gpu_used_mib()) if gpu_before is not None else None)
     found = problems(rows, len(sampler.samples), args.max_growth_mib, args.max_slowdown, len(left))
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"

@@ -24,6 +24,7 @@ import pytest
 from ratchet.candidate import load_candidate
 from ratchet.judge import JudgeOptions, Limits, evaluate
 from ratchet.judge import box
+from ratchet.judge.forkserver import ForkServer
 from ratchet.task import load_task
 
 HERE = Path(__file__).parent
@@ -63,11 +64,14 @@ def marked(marker: str) -> list[psutil.Process]:
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    """Every fault test ends with no descendant of this process alive (keepers, workers, their children)."""
+    """Every fault test ends with no descendant of this process alive (keepers, workers, their children)
+    but the judge's fork servers, which wait for the next worker (their forked keepers are counted)."""
     yield
     deadline = time.monotonic() + 5
     while True:
-        left = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+        servers = ForkServer.pids()
+        left = [p for p in psutil.Process().children(recursive=True)
+                if p.status() != psutil.STATUS_ZOMBIE and p.pid not in servers]
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.1)

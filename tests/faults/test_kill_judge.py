@@ -42,10 +42,13 @@ def wait_for(predicate, timeout_s: float):
     return predicate()
 
 
+@pytest.mark.parametrize("forked", ["1", "0"], ids=["fork server", "exec"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_killing_ratchet_eval_ends_its_whole_tree(sig, tmp_path):
+def test_killing_ratchet_eval_ends_its_whole_tree(sig, forked, tmp_path):
+    # Workers forked by the judge's fork server (judge/forkserver.py) and workers executed by a keeper
+    # script alike: the server, its keepers, the worker and its child all go with the judge.
     marker = f"ratchet-fault-kill-{sig.name}-{os.getpid()}-{time.monotonic_ns()}"
-    env = dict(os.environ, FAULT_MARKER=marker)
+    env = dict(os.environ, FAULT_MARKER=marker, RATCHET_FORKSERVER=forked)
     judge = subprocess.Popen([sys.executable, "-c", "import sys; from ratchet.cli import main; sys.exit(main())", "eval", str(TASK), str(CANDIDATE), "--device", "cpu",
                               "--json", "--no-timing"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
@@ -58,11 +61,14 @@ def test_killing_ratchet_eval_ends_its_whole_tree(sig, tmp_path):
 
         tree = wait_for(child_started, 180)  # a loaded machine starts torch slowly
         assert tree, "the candidate's child never started"
-        workers = [p for p in _safe(tree) if "ratchet.judge.worker" in " ".join(p.cmdline())]
-        assert workers, [p.cmdline() for p in _safe(tree)]
-        keepers = [p for p in _safe(tree) if p.cmdline()[2:3] == [box.__file__]]
-        scratch = box.BoxPlan.from_arg(keepers[0].cmdline()[4]).scratch
-        assert os.path.isdir(scratch)
+        child = next(p for p in _safe(tree) if marker in p.cmdline())
+        scratch = child.cwd()  # the worker's folder, which its child shares: the scratch folder
+        assert os.path.basename(scratch).startswith("ratchet-"), scratch
+        lines = [" ".join(p.cmdline()) for p in _safe(tree)]
+        starter = "ratchet.judge.forkserver" if forked == "1" else "ratchet.judge.worker"
+        assert any(starter in line for line in lines), lines
+        if forked == "0":
+            assert any(box.__file__ in line for line in lines), lines  # the keeper script
         judge.send_signal(sig)
         judge.wait(timeout=10)
         wait_for(lambda: not alive(tree), 5)

@@ -342,17 +342,27 @@ def remove_tree(path: str):
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _reap():
+def reap():
+    """Every ended child not yet waited for, as (pid, wait status); returns when none is left to reap."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        yield pid, status
 
 
-def keep(judge_pid: int, plan: BoxPlan, fds: list[int], cmd: list[str]) -> int:
+def _reap():
+    for _ in reap():
+        pass
+
+
+def keep(judge_pid: int, plan: BoxPlan, fds: list[int], cmd: list[str] | None = None, run_worker=None) -> int:
+    """Start the worker in its box (``cmd`` executed, or ``run_worker`` called in a forked child: the fork
+    server's way, judge/forkserver.py), wait for it, end all it left; returns its status. ``judge_pid``:
+    the process that must stay this keeper's parent."""
     import subprocess
 
     import psutil  # noqa: F401  (now, while the worker starts, not in the cleanup the judge waits for)
@@ -365,14 +375,18 @@ def keep(judge_pid: int, plan: BoxPlan, fds: list[int], cmd: list[str]) -> int:
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != judge_pid:  # the judge died before the line above
             return 1
-        try:
-            worker = subprocess.Popen(cmd, pass_fds=fds, cwd=plan.scratch, preexec_fn=lambda: enter_box(plan))
-        except (OSError, subprocess.SubprocessError) as exc:
-            print(f"box: could not start the worker in its box ({exc})", file=sys.stderr, flush=True)
-            return 97
+        worker = None
+        if run_worker is not None:
+            pid = _fork_worker(plan, run_worker)
+        else:
+            try:
+                worker = subprocess.Popen(cmd, pass_fds=fds, cwd=plan.scratch, preexec_fn=lambda: enter_box(plan))
+            except (OSError, subprocess.SubprocessError) as exc:
+                print(f"box: could not start the worker in its box ({exc})", file=sys.stderr, flush=True)
+                return 97
         for fd in fds:
             os.close(fd)
-        code = worker.wait()
+        code = worker.wait() if worker is not None else os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         status = code if code >= 0 else 128 - code
     except _Stop:
         status = 0
@@ -381,6 +395,40 @@ def keep(judge_pid: int, plan: BoxPlan, fds: list[int], cmd: list[str]) -> int:
         end_descendants()
         remove_tree(plan.scratch)  # here too: a judge killed by SIGKILL cannot
     return status
+
+
+def _fork_worker(plan: BoxPlan, run_worker) -> int:
+    """The worker as a forked child of this keeper: the keeper's signal handlers undone (exec would have),
+    in its scratch folder, boxed, then ``run_worker()``; it never returns into the keeper's code."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 97
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        os.chdir(plan.scratch)
+        enter_box(plan)
+    except BaseException as exc:  # noqa: BLE001  (said on the worker's log, as the exec path says its own)
+        print(f"box: could not start the worker in its box ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
+        os._exit(code)
+    try:  # from here on, ended as the interpreter would have ended the worker's main module
+        run_worker()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, (int, type(None))):
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stderr.flush()
+        os._exit(code & 0xFF)
 
 
 def main(argv: list[str]) -> int:

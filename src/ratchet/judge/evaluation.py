@@ -233,7 +233,8 @@ class Evaluation:
         # On the CPU the worker's address space is capped too (CUDA's driver reserves far more than it uses):
         # a huge allocation fails at once as out_of_memory instead of racing the RSS watch.
         space = limits.rss_bytes + ADDRESS_SPACE_HEADROOM if self.device == "cpu" else None
-        return WorkerProcess(limits, role, self._worker_env(), box=not box.opted_out(), address_space=space)
+        return WorkerProcess(limits, role, self._worker_env(), box=not box.opted_out(), address_space=space,
+                             device=self.device)
 
     def _load_message(self) -> dict:
         task_ref = self.task.source_path or self.task.name

@@ -28,6 +28,7 @@ from multiprocessing.connection import Connection
 import psutil
 
 from ratchet.judge import box as box_module
+from ratchet.judge import forkserver
 from ratchet.judge.box import GRACE_S, BoxPlan, build_cache_env, remove_tree
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -78,14 +79,15 @@ class WorkerProcess:
 
     ``box``: True to box the worker (the caller has checked that the OS can), False to run it unboxed
     (the user opted out). ``address_space`` caps the worker's virtual memory
-    (RLIMIT_AS), for CPU workers only."""
+    (RLIMIT_AS), for CPU workers only. ``device``: what the worker judges on ("cpu" or "cuda"), which
+    decides whether it is forked from the fork server (judge/forkserver.py) or executed."""
 
     POLL_S = 0.05
     MEMORY_EVERY_S = 0.25  # the tree's RSS is read at most this often (psutil walks /proc)
     SILENT_S = 30.0  # a heartbeat silent this long (the GIL held in native code) no longer counts as compiling
 
     def __init__(self, limits: Limits, label: str, env: dict | None = None, box: bool = True,
-                 address_space: int | None = None):
+                 address_space: int | None = None, device: str = "cpu"):
         self.limits, self.label = limits, label
         self.scratch = tempfile.mkdtemp(prefix=f"ratchet-{label}-")
         tmp = os.path.join(self.scratch, "tmp")
@@ -102,15 +104,23 @@ class WorkerProcess:
         if child_env.get("PYTHONPATH"):
             child_env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in child_env["PYTHONPATH"].split(os.pathsep) if p)
         child_env.update(TMPDIR=tmp, PYTHONDONTWRITEBYTECODE="1")
-        fds = (child_sock.fileno(), beat_w)
-        worker = [sys.executable, "-c", "from ratchet.judge.worker import main; main()",
-                  "--fd", str(child_sock.fileno()), "--beat", str(beat_w)]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-P", box_module.__file__, str(os.getpid()), plan.to_arg(), ",".join(map(str, fds)),
-             "--", *worker],
-            pass_fds=fds, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
-            env=child_env, start_new_session=True,
-        )
+        self.proc = None
+        if forkserver.enabled(device):  # torch already imported: a fork instead of a fresh interpreter
+            try:
+                self.proc = forkserver.ForkServer.spawn(child_env, plan.to_arg(),
+                                                        (child_sock.fileno(), beat_w, self.log.fileno()))
+            except OSError:
+                self.proc = None  # no server to be had: start it the slow way
+        if self.proc is None:
+            fds = (child_sock.fileno(), beat_w)
+            worker = [sys.executable, "-c", "from ratchet.judge.worker import main; main()",
+                      "--fd", str(child_sock.fileno()), "--beat", str(beat_w)]
+            self.proc = subprocess.Popen(
+                [sys.executable, "-P", box_module.__file__, str(os.getpid()), plan.to_arg(),
+                 ",".join(map(str, fds)), "--", *worker],
+                pass_fds=fds, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
+                env=child_env, start_new_session=True,
+            )
         child_sock.close()
         os.close(beat_w)
         self.beats = beat_r
