@@ -149,11 +149,16 @@ for stage in $STAGES; do
              timeout "${E2E_S:-560}" python -m benchmarks.e2e_stack --runs ${E2E_RUNS:?set E2E_RUNS} \
                --ledger "$OUT/e2e_in/ledger.sqlite" --workloads llama deepseek --contexts 32768 8192 \
                --gate-contexts 1024 8192 32768 --out "$OUT/e2e" ${E2E_ARGS:-} > "$OUT/e2e.log" 2>&1 ;;
-    # The judge over a long run (flat host and GPU memory, no slowdown, no process left), as many attempts
-    # of the rmsnorm_decode seeds as fit in LONG_S (LONG_ARGS=--no-timing for correctness-only attempts).
-    long_run) timeout $(( ${LONG_S:-300} + 60 )) python -m benchmarks.probes.long_run_memory --task "$DECODE" \
-             --attempts "${LONG_ATTEMPTS:-200}" --seconds "${LONG_S:-300}" ${LONG_ARGS:-} --out "$OUT/long_run" \
-             > "$OUT/long_run.log" 2>&1 ;;
+    # The judge over a long run (flat host and GPU memory, no slowdown, no process left): LONG_ATTEMPTS
+    # attempts of the one-shape rmsnorm task's Triton seed, as many as fit in LONG_S. One run over several
+    # calls: the first leaves $OUT/long_run.sqlite; carry it back and name it in LONG_LEDGER to resume.
+    # LONG_ARGS: e.g. --no-timing, --lookahead 5.
+    long_run) ledger="$OUT/long_run.sqlite" resume=""
+              [ -f "${LONG_LEDGER:-}" ] && { cp "$LONG_LEDGER" "$ledger"; resume=--resume; }
+              timeout $(( ${LONG_S:-300} + 60 )) python -m benchmarks.probes.long_run_memory \
+                --task benchmarks/tasks/rmsnorm_one_shape.py --seeds "$ROWWISE" --ledger "$ledger" $resume \
+                --attempts "${LONG_ATTEMPTS:-200}" --seconds "${LONG_S:-300}" ${LONG_ARGS:-} --out "$OUT/long_run" \
+                > "$OUT/long_run.log" 2>&1 ;;
     # The bring-your-own-model chain on a transformers config (CAMPAIGN_MODEL, default qwen3_moe at full
     # width with CAMPAIGN_LAYERS layers): ratchet optimize, resumed from CAMPAIGN_IN when it holds a
     # campaign (a run cut by the call's limit goes on where it stopped), then ratchet export.
