@@ -85,3 +85,14 @@ def test_bad_usage_is_one_line_and_exit_2(capsys):
     assert long_run_memory.main(["--task", "no_such_task", "--device", "cpu", "--attempts", "2"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("long_run_memory: ") and err.count("\n") == 1
+
+
+def test_a_ledger_that_is_no_ledger_is_one_line_and_exit_2_and_left_as_it_was(tmp_path, capsys):
+    bad = tmp_path / "long.sqlite"
+    bad.write_text("not a ledger\n")
+    code = long_run_memory.main(["--task", str(ROOT / "tests" / "data" / "tasks" / "axpby.py"),
+                                 "--seeds", str(ROOT / "tests" / "data" / "candidates" / "axpby_honest.py"),
+                                 "--device", "cpu", "--attempts", "2", "--no-timing", "--ledger", str(bad), "--resume"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("long_run_memory: ") and "not a Ratchet ledger" in err
+    assert err.count("\n") == 1 and bad.read_text() == "not a ledger\n"

@@ -32,6 +32,7 @@ the run outlived it. 2 for bad usage.
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 import itertools
 import json
 import statistics
@@ -48,7 +49,7 @@ from ratchet.candidate import load_candidate
 from ratchet.judge import JudgeOptions
 from ratchet.judge.forkserver import ForkServer
 from ratchet.run.executor import LOOKAHEAD, LocalExecutor
-from ratchet.run.ledger import Ledger
+from ratchet.run.ledger import Ledger, LedgerError
 from ratchet.run.loop import Loop, LoopEvent, RunLimits, load_seeds
 from ratchet.search.base import Outcome, Proposal
 from ratchet.task import TaskError, load_task
@@ -209,6 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     if not candidates:
         print(f"long_run_memory: task {task.name} has no seeds for {args.device}", file=sys.stderr)
         return 2
+    try:
+        return _long_run(args, task, candidates)
+    except LedgerError as exc:  # a --ledger that is no ledger, read-only, or on a full disk
+        print(f"long_run_memory: {exc}", file=sys.stderr)
+        return 2
+
+
+def _long_run(args, task, candidates) -> int:
     sampler = Sampler(args.device)
     gpu_before = gpu_used_mib() if args.device == "cuda" else None
     started = time.perf_counter()
@@ -233,9 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                     executor=LocalExecutor(options, lookahead=args.lookahead))
         result = loop.run()
         in_run = ledger.count_attempts(run_id)
-        verdicts_in_run = {}
-        for attempt in ledger.attempts(run_id):
-            verdicts_in_run[attempt["verdict"]] = verdicts_in_run.get(attempt["verdict"], 0) + 1
+        verdicts_in_run = dict(Counter(attempt["verdict"] for attempt in ledger.attempts(run_id)))
     wall = time.perf_counter() - started
     time.sleep(1)  # keepers end within their grace
     servers = ForkServer.pids()  # they wait for this process's next worker; what they forked is counted

@@ -2,7 +2,7 @@
 
 A worker started with exec imports torch afresh: 1.5-2 s of a quiet core, 7-9 s on a 2-core machine
 under load (2026-12-04), once or twice per evaluation, before the candidate's first line. The fork server
-pays that once. It is started by the judge (``ForkServer.start``), imports torch and nothing of Ratchet's
+pays that once. It is started by the judge (``ForkServer.spawn``), imports torch and nothing of Ratchet's
 that reads the environment, and then only forks: per request, a keeper (``box.keep``, exactly as the
 keeper script runs it), whose own forked child enters the box and runs ``worker.main`` in the already
 loaded interpreter. The worker is boxed from its first instruction of candidate work as before: the box
@@ -17,7 +17,9 @@ returncode) into that keeper's status pipe; ``ForkedProcess`` reads it there.
 
 Lifetimes: the server ends when its control socket reaches end of file, that is when the judge's process
 is gone, however it ended; each keeper asks for SIGTERM when the server ends (PR_SET_PDEATHSIG), and then
-ends its worker's whole tree as always. ``RATCHET_FORKSERVER=0`` starts every worker with exec instead.
+ends its worker's whole tree as always. By default only CPU workers are forked (``enabled``: the GPU
+path has not been judged on a GPU, 2026-12-04); ``RATCHET_FORKSERVER=1`` forks GPU workers too, ``=0``
+starts every worker with exec.
 """
 
 from __future__ import annotations

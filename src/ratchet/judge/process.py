@@ -110,7 +110,7 @@ class WorkerProcess:
                 self.proc = forkserver.ForkServer.spawn(child_env, plan.to_arg(),
                                                         (child_sock.fileno(), beat_w, self.log.fileno()))
             except OSError:
-                self.proc = None  # no server to be had: start it the slow way
+                pass  # no server to be had: the worker is executed below
         if self.proc is None:
             fds = (child_sock.fileno(), beat_w)
             worker = [sys.executable, "-c", "from ratchet.judge.worker import main; main()",
