@@ -5,21 +5,21 @@ start, its checks or its timing."""
 from benchmarks.probes.judge_costs import make_files, table
 
 
-def attempt(file, kind, wall, start, first, correctness, timing=None):
-    phases = {"start": start, "first call": first, "correctness": correctness,
+def attempt(file, kind, wall, start, first, correctness, timing=None, wait=0.0):
+    phases = {"start": start, "first call": first, "correctness": correctness, "waiting for the GPU": wait,
               **({"timing": timing} if timing is not None else {})}
     return {"file": file, "class": kind, "judge_wall_s": wall, "phases_s": phases}
 
 
 def test_each_class_gets_its_count_files_seconds_and_phases():
-    rows = [attempt("wrong_seed.py", "failed", 50.0, 4.0, 36.0, 10.0),
-            attempt("wrong_seed.py", "failed", 52.0, 4.0, 40.0, 8.0),
+    rows = [attempt("wrong_seed.py", "failed", 50.0, 4.0, 36.0, 10.0, wait=7.0),
+            attempt("wrong_seed.py", "failed", 52.0, 4.0, 40.0, 8.0, wait=3.0),
             attempt("seed_seed.py", "kept", 150.0, 4.0, 36.0, 30.0, 80.0)]
     lines = table({"this tree": rows}).splitlines()
-    assert "mean s by phase (start / first call / correctness / timing)" in lines[0]
+    assert "mean s by phase (start / first call / correctness / timing; of these waiting for the GPU)" in lines[0]
     failed = next(line for line in lines if line.startswith("| failed |"))
-    assert failed == "| failed | 2 (2 wrong), 51.0, 51.0, 4.0 / 38.0 / 9.0 / 0.0 |"
-    assert next(line for line in lines if line.startswith("| kept |")) == "| kept | 1 (1 seed), 150.0, 150.0, 4.0 / 36.0 / 30.0 / 80.0 |"
+    assert failed == "| failed | 2 (2 wrong), 51.0, 51.0, 4.0 / 38.0 / 9.0 / 0.0; 5.0 |"
+    assert next(line for line in lines if line.startswith("| kept |")) == "| kept | 1 (1 seed), 150.0, 150.0, 4.0 / 36.0 / 30.0 / 80.0; 0.0 |"
     assert next(line for line in lines if line.startswith("| raced |")) == "| raced | - |"
 
 

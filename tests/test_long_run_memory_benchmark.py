@@ -47,9 +47,9 @@ def test_resume_without_a_ledger_file_is_refused(tmp_path, capsys):
     assert exit_.value.code == 2 and "--resume needs --ledger" in capsys.readouterr().err
 
 
-def _samples(rss, seconds, gpu=None):
-    gpu = gpu or [None] * len(rss)
-    return [Sample(i + 1, r, g, s, "pass") for i, (r, s, g) in enumerate(zip(rss, seconds, gpu))]
+def _samples(rss, seconds, gpu=None, tensors=None):
+    gpu, tensors = gpu or [None] * len(rss), tensors or [None] * len(rss)
+    return [Sample(i + 1, r, g, t, s, "pass") for i, (r, s, g, t) in enumerate(zip(rss, seconds, gpu, tensors))]
 
 
 def test_gpu_growth_is_at_rest_not_in_flight():
@@ -64,6 +64,17 @@ def test_gpu_growth_is_at_rest_not_in_flight():
     assert rest["growth"] == 16.0
     leaked = table(_samples([300.0] * 16, [2.0] * 16, in_flight), gpu_at_rest=(1101.0, 1901.0))
     assert problems(leaked, 16, 256, 1.5, 0) == ["GPU memory used at rest grew 800 MiB (bound 256 MiB)"]
+
+
+def test_the_judges_own_cuda_tensors_are_bounded_by_their_quarters():
+    # The judge's live tensors after each attempt: a few MiB that come and go are flat; a tensor kept per
+    # attempt is a leak whatever the device's used memory says.
+    steady = table(_samples([300.0] * 40, [2.0] * 40, [1100.0] * 40, [8.0, 12.0] * 20))
+    assert problems(steady, 40, 256, 1.5, 0) == []
+    (row,) = [r for r in steady if r["metric"] == "the judge's live CUDA tensors"]
+    assert row["growth"] == 0.0 and row["max"] == 12.0
+    kept = table(_samples([300.0] * 40, [2.0] * 40, [1100.0] * 40, [16.0 * i for i in range(40)]))
+    assert problems(kept, 40, 256, 1.5, 0) == ["the judge's live CUDA tensors grew 480 MiB (bound 256 MiB)"]
 
 
 def test_growth_and_slowdown_beyond_the_bounds_are_named():

@@ -108,10 +108,14 @@ def run_once(src: str | None, args, files: list[Path], folder: Path) -> list[dic
         extra = json.loads(row["extra_json"] or "{}")
         phases = dict(extra.get("phases_s") or {})
         # The first call (import, compile: a CUDA config's nvcc build) apart from the rest of the checks.
-        first = float((extra.get("judge_host_s") or {}).get("first_call") or 0.0)
+        host = extra.get("judge_host_s") or {}
+        first = float(host.get("first_call") or 0.0)
         if "correctness" in phases:
             phases["first call"] = first
             phases["correctness"] = max(0.0, float(phases["correctness"]) - first)
+        # Inside the phases above: the seconds this attempt waited for the device lock while the others
+        # in flight were timed (a pipelined run's queue, not this attempt's own work).
+        phases[WAIT] = float(host.get("gpu_wait") or 0.0)
         out.append({"seq": row["seq"], "file": name, "verdict": row["verdict"], "kept": bool(row["kept"]),
                     "raced": raced, "judge_wall_s": row["judge_wall_s"], "class": kind,
                     "phases_s": {k: float(v) for k, v in phases.items()}})
@@ -121,12 +125,13 @@ def run_once(src: str | None, args, files: list[Path], folder: Path) -> list[dic
 # Where an attempt's seconds went: the verdict's phases_s, with the first call (its compile) taken out of
 # the correctness phase.
 PHASES = ("start", "first call", "correctness", "timing")
+WAIT = "waiting for the GPU"
 
 
 def table(results: dict[str, list[dict]]) -> str:
     trees = list(results)
-    lines = ["| attempt | " + " | ".join(f"{t}: n (files), mean s, median s, mean s by phase ({' / '.join(PHASES)})"
-                                        for t in trees) + " |",
+    lines = ["| attempt | " + " | ".join(f"{t}: n (files), mean s, median s, mean s by phase ({' / '.join(PHASES)}; "
+                                        f"of these {WAIT})" for t in trees) + " |",
              "| --- | " + " | ".join("---" for _ in trees) + " |"]
     for kind in CLASSES:
         cells = []
@@ -135,8 +140,8 @@ def table(results: dict[str, list[dict]]) -> str:
             seconds = [a["judge_wall_s"] for a in picked]
             if seconds:
                 files = ", ".join(f"{n} {k}" for k, n in Counter(a["file"].split("_")[0] for a in picked).items())
-                phases = " / ".join(f"{statistics.mean(a.get('phases_s', {}).get(p, 0.0) for a in picked):.1f}"
-                                    for p in PHASES)
+                mean = lambda p: statistics.mean(a.get("phases_s", {}).get(p, 0.0) for a in picked)  # noqa: E731
+                phases = " / ".join(f"{mean(p):.1f}" for p in PHASES) + f"; {mean(WAIT):.1f}"
                 cells.append(f"{len(seconds)} ({files}), {statistics.mean(seconds):.1f}, "
                               f"{statistics.median(seconds):.1f}, {phases}")
             else:

@@ -19,8 +19,10 @@ processes left under this one (keepers, workers: there must be none).
 The GPU's used memory counts every process on it, and each live worker holds a CUDA context (about
 0.9 GiB on the H200), so a sample taken during the run says how many evaluations were in flight at that
 moment more than anything else (it is shown, with its maximum, but not bounded). GPU growth is the used
-memory at rest: after the run, once its processes are gone, against before its first attempt, with this
-process's own CUDA context open both times. With --resume the attempts already in the ledger count
+memory at rest: after the run, once its processes are gone and this process's allocator has returned its
+cached blocks (``torch.cuda.empty_cache``), against before its first attempt, with this process's own CUDA
+context open both times. The judge's own live CUDA tensors (``torch.cuda.memory_allocated``, this process)
+are sampled after every attempt and bounded like the host's RSS: a leak of the judge's would show there. With --resume the attempts already in the ledger count
 toward --attempts, and the table covers this process's attempts (a fresh judge process: its memory starts anew).
 
 Exit status 1 when host or GPU memory grew by more than --max-growth-mib between the first and the last
@@ -85,6 +87,7 @@ class Sample:
     attempt: int
     host_rss_mib: float
     gpu_used_mib: float | None
+    judge_cuda_tensors_mib: float | None
     judge_s: float
     verdict: str
 
@@ -94,10 +97,10 @@ class Sampler:
         self.device, self.samples, self.me = device, [], psutil.Process()
 
     def __call__(self, event: LoopEvent):
-        gpu = None
+        gpu = tensors = None
         if self.device == "cuda":
-            gpu = gpu_used_mib()
-        self.samples.append(Sample(event.attempts, self.me.memory_info().rss / MIB, gpu, event.judge_wall_s,
+            gpu, tensors = gpu_used_mib(), torch.cuda.memory_allocated() / MIB
+        self.samples.append(Sample(event.attempts, self.me.memory_info().rss / MIB, gpu, tensors, event.judge_wall_s,
                                    event.verdict))
 
 
@@ -136,6 +139,7 @@ def table(samples: list[Sample], gpu_at_rest: tuple[float, float] | None = None)
     rows = []
     for name, unit, values in (("host RSS of the judge", "MiB", [s.host_rss_mib for s in samples]),
                                ("GPU memory used in flight", "MiB", [s.gpu_used_mib for s in samples]),
+                               ("the judge's live CUDA tensors", "MiB", [s.judge_cuda_tensors_mib for s in samples]),
                                ("judge seconds per attempt", "s", [s.judge_s for s in samples])):
         if not values or values[0] is None:
             continue
@@ -247,7 +251,14 @@ def _long_run(args, task, candidates) -> int:
     time.sleep(1)  # keepers end within their grace
     servers = ForkServer.pids()  # they wait for this process's next worker; what they forked is counted
     left = [p for p in psutil.Process().children(recursive=True) if _alive(p) and p.pid not in servers]
-    rows = table(sampler.samples, (gpu_before, gpu_used_mib()) if gpu_before is not None else None)
+    gpu_after = cached = None
+    if gpu_before is not None:
+        # The judge's checks leave blocks in this process's caching allocator (more with more evaluations in
+        # flight); they are reused, not leaked, so they are returned before the reading at rest.
+        cached = (torch.cuda.memory_reserved() - torch.cuda.memory_allocated()) / MIB
+        torch.cuda.empty_cache()
+        gpu_after = gpu_used_mib()
+    rows = table(sampler.samples, (gpu_before, gpu_after) if gpu_before is not None else None)
     found = problems(rows, len(sampler.samples), args.max_growth_mib, args.max_slowdown, len(left))
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
     print(f"{device}, {time.strftime('%Y-%m-%d')}, {task.name}: {len(sampler.samples)} attempts in {wall:.0f} s "
@@ -267,6 +278,7 @@ def _long_run(args, task, candidates) -> int:
         (Path(args.out) / "long_run_memory.json").write_text(json.dumps(
             {"attempts": len(sampler.samples), "attempts_in_run": in_run, "attempts_before": before,
              "verdicts_in_run": verdicts_in_run, "wall_s": wall, "rows": rows, "problems": found,
+             "allocator_cache_returned_mib": cached,
              "samples": [s.__dict__ for s in sampler.samples]}, indent=1) + "\n")
     return 1 if found else 0
 

@@ -8,7 +8,8 @@ the verdicts agree. On a GPU this is the check that forked GPU workers work at a
     python -m benchmarks.probes.worker_start --task benchmarks/tasks/rmsnorm_one_shape.py \
         --candidate src/ratchet/tasks/rmsnorm/seeds/triton_rowwise.py --device cuda
 
-Exit status 1 when a verdict differs between the two ways (or is not a pass), 2 for bad usage.
+Exit status 1 when a verdict differs between the two ways (or is not a pass) or when the fork server
+refused to fork (then the "forked" workers were executed), 2 for bad usage.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch
 from benchmarks.common import command_line, device_label, record_results
 from ratchet.candidate import CandidateError, load_candidate
 from ratchet.judge import JudgeOptions, evaluate
-from ratchet.judge.forkserver import OPT_OUT_ENV
+from ratchet.judge.forkserver import OPT_OUT_ENV, ForkServer
 from ratchet.task import TaskError, load_task
 
 WAYS = {"forked": "1", "executed": "0"}
@@ -76,7 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {way} | {verdicts} | {med(way, lambda v: v.judge_wall_s):.2f} | "
                      f"{med(way, lambda v: v.phases_s.get('start', 0.0)):.2f} | "
                      f"{med(way, lambda v: v.phases_s.get('correctness', 0.0)):.2f} |")
-    agree = all(v.verdict == "pass" and not v.reasons for way in WAYS for v in runs[way])
+    # A server that would not fork (its imports mapped the CUDA driver) leaves "forked" workers executed:
+    # then nothing here was forked, and the probe says so rather than compare a way with itself.
+    refused = sorted(set(ForkServer._refused.values()))
+    agree = not refused and all(v.verdict == "pass" and not v.reasons for way in WAYS for v in runs[way])
+    if refused:
+        lines.append("no worker was forked, the server refused: " + "; ".join(refused))
     lines.append("every verdict a clean pass both ways" if agree else "verdicts differ or fail: see the lines above")
     text = "\n".join(lines)
     print(text)

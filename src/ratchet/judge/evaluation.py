@@ -171,13 +171,18 @@ class Evaluation:
                                      "any file and reach the network")
             elif box.unavailable():
                 raise Abort([Reason("box_unavailable", box.refusal())])
+            # Each phase's seconds are kept when it fails too: a failed attempt says where its time went.
             mark = time.perf_counter()
             self._report("import", "starting the workers, importing the candidate", 0, 0)
-            self._start_candidate()
-            verdict.phases_s["start"] = round(time.perf_counter() - mark, 3)
+            try:
+                self._start_candidate()
+            finally:
+                verdict.phases_s["start"] = round(time.perf_counter() - mark, 3)
             mark = time.perf_counter()
-            rows = self._correctness()
-            verdict.phases_s["correctness"] = round(time.perf_counter() - mark, 3)
+            try:
+                rows = self._correctness()
+            finally:
+                verdict.phases_s["correctness"] = round(time.perf_counter() - mark, 3)
             if self.opts.time_it:
                 mark = time.perf_counter()
                 try:

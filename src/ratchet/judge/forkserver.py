@@ -17,13 +17,14 @@ returncode) into that keeper's status pipe; ``ForkedProcess`` reads it there.
 
 Lifetimes: the server ends when its control socket reaches end of file, that is when the judge's process
 is gone, however it ended; each keeper asks for SIGTERM when the server ends (PR_SET_PDEATHSIG), and then
-ends its worker's whole tree as always. By default only CPU workers are forked (``enabled``: the GPU
-path has not been judged on a GPU, 2026-12-04); ``RATCHET_FORKSERVER=1`` forks GPU workers too, ``=0``
-starts every worker with exec.
+ends its worker's whole tree as always. Every worker is forked (``enabled``); ``RATCHET_FORKSERVER=0``
+starts every worker with exec. On the H200 (2026-12-04) forked GPU workers gave the same clean passes
+as executed ones over 84 evaluations, and a run's wall time per attempt fell from 2.0 to 1.3 s.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import select
@@ -42,10 +43,9 @@ _FDS = 4  # result socket, heartbeat pipe, log, status pipe
 
 
 def enabled(device: str) -> bool:
-    """Whether a worker for ``device`` is forked. ``RATCHET_FORKSERVER=1``: every worker; ``0``: none;
-    unset: CPU workers only, until a GPU worker forked from the server has been judged on a GPU."""
-    asked = os.environ.get(OPT_OUT_ENV, "")
-    return asked not in ("0", "") if asked else device == "cpu"
+    """Whether a worker for ``device`` is forked: CPU and GPU workers alike, unless ``RATCHET_FORKSERVER=0``.
+    A server that cannot fork for its environment refuses once, and those workers are executed."""
+    return os.environ.get(OPT_OUT_ENV, "") != "0"
 
 
 # -- the judge's side --------------------------------------------------------------------------------
@@ -247,9 +247,10 @@ def main():
     from ratchet.judge import box
 
     # A process that has initialised CUDA's driver cannot hand it to a forked child: the child's CUDA
-    # calls would fail. Nothing above should load the driver; if something did, no worker is forked.
-    if _cuda_driver_loaded():
-        control.send(b"CUDA's driver was loaded by the imports, and a forked worker could not use the GPU")
+    # calls would fail. Loaded is not initialised: torch's import maps libcuda (cuBLASLt opens it), and a
+    # child forked after it used CUDA and Triton on the H200 (2026-12-04). Initialised, no worker is forked.
+    if _cuda_driver_initialized():
+        control.send(b"CUDA's driver was initialised by the imports, and a forked worker could not use the GPU")
         os._exit(0)
     control.send(b"ready")
     server = os.getpid()
@@ -289,10 +290,15 @@ def main():
         control.send(str(pid).encode())
 
 
-def _cuda_driver_loaded() -> bool:
+def _cuda_driver_initialized() -> bool:
+    """Whether cuInit has run in this process, asked without running it: before cuInit the driver answers
+    every call but cuInit with CUDA_ERROR_NOT_INITIALIZED (3). A driver not even loaded is not initialised."""
     try:
         with open("/proc/self/maps") as f:
-            return any("libcuda.so" in line for line in f)
+            if not any("libcuda.so" in line for line in f):
+                return False
+        count = ctypes.c_int()
+        return ctypes.CDLL("libcuda.so.1").cuDeviceGetCount(ctypes.byref(count)) != 3
     except OSError:
         return True  # cannot tell: do not fork
 
