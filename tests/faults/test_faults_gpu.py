@@ -1,6 +1,6 @@
 """Fault injection on the GPU (marked ``gpu``: skipped without CUDA). Each fault through the real judge,
 then an honest candidate in the same process: a CUDA fault does not poison the next evaluation, and the
-device memory a worker held is back after it ends.
+device memory a worker held is back after it ends. Each test runs with forked and with executed workers.
 
     PYTHONPATH=src python -m pytest -q tests/faults/test_faults_gpu.py
 """
@@ -24,6 +24,12 @@ CANDIDATES = HERE / "candidates"
 TASK = load_task(str(HERE.parent / "data" / "tasks" / "axpby.py"))
 # The first call compiles (Triton) outside the 10 s of running it may take.
 GPU = JudgeOptions(device="cuda", time_it=False, limits=Limits(first_call_s=10, call_floor_s=5, call_s=10))
+
+
+@pytest.fixture(autouse=True, params=["1", "0"], ids=["forked", "executed"])
+def worker_start(request, monkeypatch):
+    """Every fault both ways: workers forked from the fork server and workers executed afresh."""
+    monkeypatch.setenv("RATCHET_FORKSERVER", request.param)
 
 
 def judge(name: str, options: JudgeOptions = GPU):
