@@ -3,7 +3,8 @@
 A discrete-event simulation of ``ratchet run`` as it runs on a cluster (``--executor ray``): per GPU,
 1 + LOOKAHEAD evaluations at once, each a start (workers, import, compile: the node's CPU cores), a
 correctness phase (the GPU shared with the other evaluations' checks) and a timing phase (the GPU alone,
-a waiting timer going first, as judge/device_lock.py does); one driver that does, one at a time, each
+a waiting timer going first; judge/device_lock.py takes turns per batch of checks and per timed shape,
+which this coarsens to whole phases); one driver that does, one at a time, each
 proposal (the proposer and the race bars sent with it) and each commit (keep rule, ledger, the
 proposer told), commits in proposal order, at most UNCOMMITTED_PIPELINES pipelines judged and waiting.
 

@@ -1,5 +1,6 @@
-"""judge.device_lock: checks share the GPU, timing holds it alone, a waiting timer goes first; and two
-real evaluations sharing one lock never check while the other is timed."""
+"""judge.device_lock: checks share the GPU, timing holds it alone, turns are phase-fair (a waiting timer
+goes before later checks, a check that met a timing before the next timer); and two real evaluations
+sharing one lock never check while the other is timed."""
 
 import threading
 import time
@@ -57,6 +58,67 @@ def test_exclusive_waits_for_shared_and_blocks_new_shared():
     for t in (reader, timer, late):
         t.join(5)
     assert lock.state() == (0, False, 0)
+
+
+def test_a_check_that_met_a_timing_goes_before_the_timers_still_waiting():
+    """Phase-fair turns: a queue of timers (each shape one hold) does not starve a check that waited
+    through a timing; a check arriving behind a waiting timer still goes after it."""
+    lock = DeviceLock()
+    first, f_in, f_go = _start(lock, "exclusive")
+    assert f_in.wait(5)
+    second, s_in, s_go = _start(lock, "exclusive")
+    time.sleep(0.2)
+    check, c_in, c_go = _start(lock, "shared")
+    time.sleep(0.2)
+    assert not c_in.is_set() and lock.state() == (0, True, 1)
+    f_go.set()  # the first timing ends: the check that met it goes, before the second timer
+    assert c_in.wait(5)
+    time.sleep(0.2)
+    assert not s_in.is_set() and lock.state() == (1, False, 1)
+    late, l_in, l_go = _start(lock, "shared")  # arrives behind the waiting timer: after it
+    time.sleep(0.2)
+    assert not l_in.is_set()
+    c_go.set()
+    assert s_in.wait(5)
+    time.sleep(0.2)
+    assert not l_in.is_set()  # nothing beside a timing
+    s_go.set()
+    assert l_in.wait(5)
+    l_go.set()
+    for t in (first, second, check, late):
+        t.join(5)
+    assert lock.state() == (0, False, 0)
+
+
+def test_a_timer_that_holds_again_at_once_does_not_jump_a_waiting_check():
+    """A timer times shape after shape, each a hold of its own: the check waiting through its hold goes
+    between two of them."""
+    lock = DeviceLock()
+    order, log = [], threading.Lock()
+    first_shape, go_on = threading.Event(), threading.Event()
+
+    def timer():
+        with lock.exclusive():
+            first_shape.set()
+            go_on.wait(5)
+        with lock.exclusive():  # the next shape, asked for at once
+            with log:
+                order.append("second shape")
+
+    def check():
+        with lock.shared():
+            with log:
+                order.append("check")
+
+    t = threading.Thread(target=timer, daemon=True)
+    t.start()
+    assert first_shape.wait(5)
+    c = threading.Thread(target=check, daemon=True)
+    c.start()
+    time.sleep(0.2)
+    go_on.set()
+    t.join(5), c.join(5)
+    assert order == ["check", "second shape"]
 
 
 def test_an_exception_releases_the_lock():

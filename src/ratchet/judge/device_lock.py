@@ -3,30 +3,54 @@
 Timing is exclusive: while one candidate and its reference are timed, no other evaluation of this
 process runs anything on that GPU. Correctness work (the calls, the judge's references and
 comparisons) is shared: the checks of several candidates may run side by side, so their compiles and
-host-side work overlap instead of queueing behind each other. A timer that is waiting goes first (new
-shared holders wait for it), so a stream of checks never starves the timing.
+host-side work overlap instead of queueing behind each other.
+
+Turns are phase-fair. A timer that is waiting goes before checks that arrive after it, so a stream of
+checks never starves the timing; and checks that were already waiting when a timing hold ends go before
+the next timer, so a queue of timers (each candidate times shape after shape, one hold each) never
+starves the checks either. Before, with timers always waiting in a pipelined run, a candidate whose
+first check would fail it waited for every timing in flight: on the H200 (2026-12-04) the wrong twins of
+``benchmarks/probes/judge_costs.py`` took 38 s each where their own work was a few seconds. A check
+holds the GPU for one batch of calls and a timing for one shape in one mode, so each waits at most one
+turn of the other.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from collections import Counter
 from typing import Iterator
 
 
 class DeviceLock:
-    """A readers-writer lock with writer preference: ``shared()`` for checks, ``exclusive()`` for timing."""
+    """A phase-fair readers-writer lock: ``shared()`` for checks, ``exclusive()`` for timing."""
 
     def __init__(self):
         self._cond = threading.Condition()
         self._shared = 0
         self._exclusive = False
         self._waiting = 0  # timers waiting for the GPU
+        self._timings_ended = 0  # exclusive holds released so far: a check's turn comes after the one it met
+        self._checks_waiting: Counter[int] = Counter()  # checks waiting that met a timing, by _timings_ended then
 
     @contextlib.contextmanager
     def shared(self) -> Iterator[None]:
         with self._cond:
-            self._cond.wait_for(lambda: not self._exclusive and not self._waiting)
+            arrived = self._timings_ended
+            # A check that met a timing (held, or waited for) goes as soon as that timing's hold ends, before
+            # the timers still waiting; one that met only waiting timers goes after the first of them.
+            met_timing = self._exclusive or self._waiting
+            if met_timing:
+                self._checks_waiting[arrived] += 1
+            try:
+                self._cond.wait_for(lambda: not self._exclusive and (
+                    not self._waiting or (met_timing and self._timings_ended > arrived)))
+            finally:
+                if met_timing:
+                    self._checks_waiting[arrived] -= 1
+                    if not self._checks_waiting[arrived]:
+                        del self._checks_waiting[arrived]
             self._shared += 1
         try:
             yield
@@ -40,7 +64,9 @@ class DeviceLock:
         with self._cond:
             self._waiting += 1
             try:
-                self._cond.wait_for(lambda: not self._exclusive and not self._shared)
+                # Not before the checks whose turn has come (they met a timing that has ended since).
+                self._cond.wait_for(lambda: not self._exclusive and not self._shared and not any(
+                    arrived < self._timings_ended for arrived in self._checks_waiting))
             finally:
                 self._waiting -= 1
             self._exclusive = True
@@ -49,6 +75,7 @@ class DeviceLock:
         finally:
             with self._cond:
                 self._exclusive = False
+                self._timings_ended += 1
                 self._cond.notify_all()
 
     def state(self) -> tuple[int, bool, int]:

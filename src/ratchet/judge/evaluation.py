@@ -365,8 +365,8 @@ class Evaluation:
             first, self.first_call = self.first_call, False
             asked = time.perf_counter()
             # The first call compiles on the CPU cores while another evaluation may be timing. After it,
-            # the calls and their checks share one hold of the GPU: a waiting timer goes first at every
-            # acquisition, and two per step could each wait behind a whole timing shape.
+            # the calls and their checks share one hold of the GPU: each acquisition can wait for one timing
+            # hold of another evaluation (device_lock's turns), and two per step would wait twice.
             with contextlib.ExitStack() as held:
                 if not first:
                     held.enter_context(self._gpu("shared"))
