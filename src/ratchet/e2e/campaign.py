@@ -20,9 +20,10 @@ Stages, each recorded in the ledger (``ratchet.run.campaigns``) before the next 
    id in its options (one transaction), so a run interrupted at any point is found and resumed, never
    started twice, and the loop's ledger discipline keeps its attempts whole;
 4. gate: every run's best kernel on the user's model (``ratchet.e2e.gate``: decode at the chosen
-   contexts and batches, CUDA graphs on a GPU, prefill, logits). Extracted tasks (GEMMs, prefill
-   attention, grouped GEMMs) and module tasks run outside the op registry, so their kernels cannot be
-   gated in the model and are reported as such, with their own speedup;
+   contexts and batches, CUDA graphs on a GPU, prefill, logits). A module task's kernel goes in as its
+   modules' forward (``ratchet.e2e.models.module_route``). Extracted tasks (GEMMs, prefill attention,
+   grouped GEMMs) run outside the op registry, so their kernels cannot be gated in the model and are
+   reported as such, with their own speedup;
 5. stack: the kernels that passed, applied together (``ratchet.e2e.stack``): the measured speed-up.
 
 The campaign stops proposing once the model's projected speed-up (Amdahl over the op shares with each
@@ -223,10 +224,10 @@ class Campaign:
         if all(e["kind"] == "module" for e in entries):  # nothing else planned: all of its time is its own
             for e in entries:
                 e["decode_share"] = e["module_share"]
-        # Built-in tasks first, then by share: only their kernels can be gated into the model today (a
-        # module's or an extracted op's kernel is reported "not gated"), so when the budget cannot reach
-        # every op, the attempts go where they can speed the model up.
-        entries.sort(key=lambda e: (e["kind"] != "builtin", -e["score"]))
+        # Built-in tasks and module tasks first, then by share: only their kernels can be gated into the
+        # model (an extracted op's kernel is reported "not gated"), so when the budget cannot reach every
+        # op, the attempts go where they can speed the model up.
+        entries.sort(key=lambda e: (e["kind"] == "extracted", -e["score"]))
         budget = r.budget if r.budget is not None or r.seconds is not None else DEFAULT_BUDGET
         self.state["plan"] = share_budget(entries, budget, r.seconds)
         self.state["profile"] = {"step_us": {ph.name: ph.step_us for ph in prof.phases},
@@ -335,11 +336,12 @@ class Campaign:
             if best is None:
                 self.state["gates"][run["id"]] = {"op": op, "verdict": "none", "detail": "no kept kernel"}
                 continue
-            if run["task"] not in OPS:
-                what = "a module task: the gate swaps ops in the op registry, not whole modules" if kinds.get(op) \
-                    == "module" else "an extracted task: the model runs this op outside the op registry"
-                self.state["gates"][run["id"]] = {"op": op, "verdict": "not gated",
-                                                  "detail": f"{what}, so its kernel cannot be put into the model"}
+            if run["task"] not in OPS and kinds.get(op) != "module":
+                # A module task's kernel replaces its modules (e2e.models.module_route); an extracted op
+                # (a Linear, a GEMM family) runs where no registry reaches.
+                self.state["gates"][run["id"]] = {"op": op, "verdict": "not gated", "detail": (
+                    "an extracted task: the model runs this op outside the op registry, so its kernel cannot be "
+                    "put into the model")}
                 continue
             if not best["speedup"] or best["speedup"] <= 1.0:
                 # A run's first passing attempt is its best until something beats it, even when it is slower

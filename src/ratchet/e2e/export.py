@@ -10,6 +10,10 @@
   the op's original math (the task's reference, which the adapter checked against the model's module);
 - ``apply(model)``: routes a transformers model's matching modules (only the kinds of op exported)
   through those custom ops with Ratchet's adapter; ``restore()`` on what it returns undoes it;
+- ``module_tasks/<op>/``: for a module task's kernel (a whole module of the model as one op, gated as
+  its modules' forward), the task file and its config; ``apply`` routes the model's modules of that class
+  through the kernel (``ratchet.e2e.models.module_route``), inside the judged ranges, and the module's
+  own forward outside them. Such kernels run as judged (no custom op, no ``kernels`` layer);
 - ``layers.py``, ``hub.py``, ``layer_repository/``: the ops as Hugging Face ``kernels`` layers, a local
   layer repository ``kernels.kernelize`` loads with no network, ``kernel_mapping()`` pointing at it and
   ``mark_layers(model)`` for transformers versions whose decorators ignore the installed ``kernels``
@@ -30,6 +34,7 @@ from pathlib import Path
 from string import Template
 
 from ratchet.e2e.export_hub import REPOSITORY, write_hub
+from ratchet.e2e.models.module_route import is_module_task, load_task_module
 from ratchet.run.ledger import Ledger, LedgerError, write_standalone
 
 # Which adapter kinds route each op, so apply() leaves the other modules as they are.
@@ -69,6 +74,16 @@ def _gated_runs(ledger: Ledger, ident: str, gates_dir: Path) -> tuple[list[tuple
     return [(run, gates[-1])], {"run": ident, "model": gates[-1]["workload"], "device": run["device"]}
 
 
+def _copy_module_task(task_file: Path, folder: Path) -> Path:
+    """The module task's file, and the config.json it builds the module from, copied into the package."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "task.py").write_text(task_file.read_text())
+    config = task_file.parent / "config.json"
+    if config.exists():
+        (folder / "config.json").write_text(config.read_text())
+    return folder / "task.py"
+
+
 def shape_ranges(attempt: dict) -> dict:
     """The ranges the judge passed: per dimension [smallest, largest] over every shape judged, the dtypes."""
     dims: dict[str, list[int]] = {}
@@ -92,16 +107,24 @@ def export(ledger: Ledger, ident: str, out_dir: str | Path, gates_dir: Path) -> 
     package = "ratchet_export_" + re.sub(r"[^a-z0-9_]", "_", ident.lower())
     root = out / package
     (root / "kernels").mkdir(parents=True, exist_ok=True)
-    kernels = []
+    kernels, left_out = [], []
     for run, gate in pairs:
         op = run["task"]
+        module_task = None
         if op not in OPS:
-            continue
+            if not is_module_task(run["task_path"]):
+                left_out.append({"op": op, "run": run["id"], "why": "neither a built-in op nor a module task"})
+                continue
+            # The task file (and the config it builds the module from) travels with the package: apply()
+            # routes the model's modules of its class through the kernel as the gate did.
+            module_task = _copy_module_task(Path(run["task_path"]), root / "module_tasks" / op)
         best = ledger.best(run["id"])
         if (best["source_sha256"], best["config"]) != (gate["attempt"]["source_sha256"], gate["attempt"]["config"]):
             raise ExportError(f"run {run['id']}: its best changed since its gate; gate it again before exporting")
         write_standalone(best, root / "kernels" / f"{op}.py")
         kernels.append({"op": op, "run": run["id"], "attempt": best["seq"], "source_sha256": best["source_sha256"],
+                        **({"module_task": module_task.relative_to(root).as_posix(),
+                            "names": load_task_module(module_task)._SPEC["names"]} if module_task else {}),
                         "config": best["config"], "verdict": best["verdict"], "speedup": best["speedup"],
                         "ranges": shape_ranges(best),
                         "shapes": [{"shape": s["shape"], "dtype": s.get("dtype"), "held_out": s.get("held_out"),
@@ -112,11 +135,12 @@ def export(ledger: Ledger, ident: str, out_dir: str | Path, gates_dir: Path) -> 
                                                                    "ratio", "logits_err", "logits_budget")}
                                               for st in gate["settings"]]}})
     manifest = {"package": package, **source, "device_name": run["device_name"],
-                "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "kernels": kernels}
+                "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "kernels": kernels,
+                "left_out": left_out}
     (root / "manifest.json").write_text(json.dumps(manifest, indent=1))
     (root / "__init__.py").write_text(_INIT.substitute(package=package))
     (root / "ops.py").write_text(_OPS.substitute(package=package))
-    write_hub(root, package, [k["op"] for k in kernels])
+    write_hub(root, package, [k["op"] for k in kernels if "module_task" not in k])
     (root / "test_installed.py").write_text(_TEST.substitute(package=package))
     (out / "pyproject.toml").write_text(_PYPROJECT.substitute(name=package.replace("_", "-"), package=package,
                                                                 repository=REPOSITORY))
@@ -141,7 +165,7 @@ kernels = ["kernels>=0.17"]
 packages = ["$package", "$package.kernels"]
 
 [tool.setuptools.package-data]
-$package = ["manifest.json", "$repository/build/*/*"]
+$package = ["manifest.json", "$repository/build/*/*", "module_tasks/*/*"]
 ''')
 
 _INIT = Template('''"""Kernels Ratchet judged and gated (see manifest.json): ``apply(model)`` routes a transformers model's
@@ -181,7 +205,10 @@ def in_range(entry, args):
     """Whether a call lies inside the shape ranges and dtypes the judge passed for this kernel."""
     from ratchet.e2e.workloads.registry import SHAPES
 
-    shape = SHAPES[entry["op"]](*args)
+    if "module_task" in entry:  # a module's kernel: the task's named dims lead its first input
+        shape = dict(zip(entry["names"], args[0].shape))
+    else:
+        shape = SHAPES[entry["op"]](*args)
     ranges = entry["ranges"]
     if str(args[0].dtype).removeprefix("torch.") not in ranges["dtypes"]:
         return False
@@ -215,21 +242,41 @@ def _define(entry):
     return fn
 
 
-OPS = {entry["op"]: _define(entry) for entry in MANIFEST["kernels"]}
+OPS = {entry["op"]: _define(entry) for entry in MANIFEST["kernels"] if "module_task" not in entry}
+# Module tasks' kernels: each replaces whole modules of the model (apply() routes them); as judged.
+MODULES = {entry["op"]: _kernel(entry["op"]) for entry in MANIFEST["kernels"] if "module_task" in entry}
+
+
+def _module_dispatch(entry, kernel, own):
+    def run(*args):
+        return (kernel if in_range(entry, args) else own)(*args)
+
+    return run
 
 
 def apply(model):
     """Route ``model``'s modules of the exported ops' kinds through the custom ops (Ratchet's adapter
-    checks each module's math first); returns the adaptation, whose ``restore()`` undoes it."""
+    checks each module's math first), and its modules of each module task's class through that task's
+    kernel (each instance probed against the task first); returns the adaptation, whose ``restore()``
+    undoes all of it."""
     from ratchet.e2e.export import KINDS_OF
     from ratchet.e2e.models.adapter import adapt
+    from ratchet.e2e.models.module_route import route_module
     from ratchet.e2e.workloads.registry import OpRegistry
 
     registry = OpRegistry()
     for op, fn in OPS.items():
         registry.set(op, fn)
     kinds = sorted({k for op in OPS for k in KINDS_OF.get(op, ())})
-    return adapt(model, registry, kinds)
+    adaptation = adapt(model, registry, kinds)
+    for entry in MANIFEST["kernels"]:
+        if "module_task" in entry:
+            op = entry["op"]
+            route = route_module(model, registry, op, HERE / entry["module_task"])
+            registry.set(op, _module_dispatch(entry, MODULES[op], registry.reference_of(op)))
+            adaptation.swapped[op] = len(route.routed)
+            adaptation._undo.append(route.restore)
+    return adaptation
 ''')
 
 _TEST = Template('''"""Re-check every kernel of this package against its reference on this machine (written by ratchet
@@ -238,7 +285,7 @@ export): run with ``python -m pytest --pyargs $package.test_installed``."""
 import pytest
 import torch
 
-from $package.ops import MANIFEST, OPS, in_range
+from $package.ops import HERE, MANIFEST, MODULES, OPS, in_range
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -247,7 +294,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 def test_kernel_matches_its_reference(entry):
     from ratchet.task import load_task
 
-    task = load_task(entry["op"])
+    task = load_task(str(HERE / entry["module_task"]) if "module_task" in entry else entry["op"])
     generator = torch.Generator(device=DEVICE).manual_seed(0)
     checked = 0
     for judged in entry["shapes"]:
@@ -255,7 +302,7 @@ def test_kernel_matches_its_reference(entry):
         args = task.make_inputs(judged["shape"], dtype, DEVICE, generator)
         args = args if isinstance(args, tuple) else (args,)
         assert in_range(entry, args)
-        got = OPS[entry["op"]](*args)
+        got = (OPS.get(entry["op"]) or MODULES[entry["op"]])(*args)
         wide = tuple(a.to(task.reference_dtype) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
         want = task.reference(*wide)
         got = got if isinstance(got, tuple) else (got,)

@@ -59,6 +59,7 @@ from ratchet.e2e.step_timing import (
     Comparison, DecodeBench, Entry, StepTimingPolicy, Timing, apply_impls, compare, policy_for, time_interleaved,
 )
 from ratchet.e2e.models import load_model
+from ratchet.e2e.models.module_route import ModuleRouteError, is_module_task, route_module
 from ratchet.e2e.workloads import OPS, GraphCaptureError, OpRegistry, load_kernel
 from ratchet.e2e.workloads.registry import reference
 from ratchet.e2e.workloads.runner import random_tokens
@@ -379,7 +380,8 @@ def _side(fn: Callable, failure: type[Exception]) -> Callable:
 
 
 class _Gate:
-    def __init__(self, request: GateRequest, op: str, kernel: Callable, policy: StepTimingPolicy) -> None:
+    def __init__(self, request: GateRequest, op: str, kernel: Callable, policy: StepTimingPolicy,
+                 task_path: str | None = None) -> None:
         self.req, self.op, self.kernel, self.policy = request, op, kernel, policy
         self.cuda = request.device == "cuda"
         self.model = load_model(request.workload, size=request.size, device=request.device, seed=request.seed,
@@ -388,7 +390,8 @@ class _Gate:
             raise GateError(f"{request.workload} is a forward-only module (no decode step, no KV cache): the gate "
                             f"needs a decoder (a built-in workload or a transformers causal LM)")
         self.ops = self.model.ops
-        self.task = load_task(op)
+        self.route = route_into(self.model, op, task_path) if task_path is not None else None
+        self.task = load_task(task_path or op)
         self.top_p = TOP_P if op in SAMPLING_OPS else None
         self.pins: dict = {}  # ops replaced by a replay of the baseline's outputs (pin_routing)
 
@@ -414,7 +417,7 @@ class _Gate:
     def perturbed(self, draw: int) -> Callable:
         """The reference op with every float output moved to the edge of the task's tolerance (signs from
         draw number ``draw``)."""
-        ref = reference(self.op)
+        ref = self.ops.reference_of(self.op)
         g = torch.Generator(device=self.model.device).manual_seed(self.req.seed + 7 + 1000 * draw)
         tolerances = self.task.tolerances
 
@@ -647,9 +650,12 @@ def run_gate(ledger: Ledger, request: GateRequest, gates_dir: Path, *, policy: S
     started = time.monotonic()
     run = ledger.get_run(request.run)
     op = run["task"]
+    task_path = None  # a module task's file: its kernel replaces a whole module of the model
     if op not in OPS:
-        raise GateError(f"run '{request.run}' is on task '{op}', which is no workload op "
-                        f"(ops: {', '.join(OPS)}); there is nothing to gate")
+        if not is_module_task(run["task_path"]):
+            raise GateError(f"run '{request.run}' is on task '{op}', which is no workload op "
+                            f"(ops: {', '.join(OPS)}) and no module task; there is nothing to gate")
+        task_path = run["task_path"]
     best = gated_best(ledger, request.run, request.device)
     if best is None:
         raise GateError(f"run '{request.run}' has no kept kernel yet; nothing to gate")
@@ -670,15 +676,32 @@ def run_gate(ledger: Ledger, request: GateRequest, gates_dir: Path, *, policy: S
         except Exception as exc:  # the judge passed it elsewhere; here it cannot even load
             result.error = f"the kernel does not load here: {type(exc).__name__}: {exc}"
         if result.error is None:
-            _run_settings(result, request, op, kernel, policy, progress)
+            _run_settings(result, request, op, kernel, policy, progress, task_path)
     result.wall_s = time.monotonic() - started
     result.gate_file = str(_write(result, gates_dir))
     return result
 
 
+def route_into(model, op: str, task_path: str):
+    """Route ``model``'s modules of module task ``task_path`` through its op ``op`` (the gate's and the
+    stack's model, loaded afresh); GateError when the model cannot take the kernel."""
+    hf = getattr(model, "hf", None)
+    if hf is None:
+        raise GateError(f"{op} is a module task; its kernel goes into a transformers model, and this workload "
+                        f"is a built-in one")
+    try:
+        return route_module(hf, model.ops, op, task_path)
+    except ModuleRouteError as exc:
+        raise GateError(str(exc)) from None
+
+
 def _run_settings(result: GateResult, request: GateRequest, op: str, kernel: Callable, policy: StepTimingPolicy,
-                  progress: Callable[[str], None]) -> None:
-    gate = _Gate(request, op, kernel, policy)
+                  progress: Callable[[str], None], task_path: str | None = None) -> None:
+    gate = _Gate(request, op, kernel, policy, task_path)
+    if gate.route is not None:
+        result.notes.append(f"module op: the kernel runs {len(gate.route.routed)} {gate.route.module_class} "
+                            f"module(s) of the model ({', '.join(gate.route.routed[:4])}"
+                            f"{', ...' if len(gate.route.routed) > 4 else ''})")
     gate.check_op_is_called()
     grid, slack = request.grid, policy.max_steps + 4
     plan: list[tuple[str, int, int]] = []

@@ -38,13 +38,14 @@ from typing import Any, Callable
 
 import torch
 
-from ratchet.e2e.gate import SAMPLING_OPS, TOP_P, covers_default_grid, covers_grid, device_name, read_gate
+from ratchet.e2e.gate import (SAMPLING_OPS, TOP_P, GateError, covers_default_grid, covers_grid, device_name, read_gate,
+                              route_into)
 from ratchet.run.ledger import Ledger, config_key
 from ratchet.e2e.step_timing import (
     DecodeBench, Entry, Timing, apply_impls, compare, policy_for, synchronize, time_interleaved, tokens_per_s,
 )
 from ratchet.e2e.models import load_model
-from ratchet.e2e.workloads import OpRegistry, load_kernel
+from ratchet.e2e.workloads import OPS, OpRegistry, load_kernel
 
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
@@ -78,6 +79,7 @@ class Promoted:
     op: str
     attempt: dict
     kernel: Callable
+    module_task: str | None = None  # a module task's file: its kernel replaces whole modules of the model
 
 
 @dataclass
@@ -177,12 +179,14 @@ def promoted_kernels(ledger: Ledger, gates_dir: Path, request: StackRequest, ker
         else:
             path = kernel_dir / f"kernel_{best['source_sha256'][:12]}.py"
             path.write_text(best["source"])
+            # A module op has no custom-op schema: its kernel runs as it was judged, opaque to torch.compile.
+            module_task = run["task_path"] if run["task"] not in OPS else None
             try:
-                kernel = load_kernel(path, best["config"], op=run["task"])
+                kernel = load_kernel(path, best["config"], op=None if module_task else run["task"])
             except Exception as exc:
                 notes.append(f"run {run_id} skipped: its kernel does not load here ({type(exc).__name__}: {exc})")
                 continue
-            out.append(Promoted(run_id, run["task"], best, kernel))
+            out.append(Promoted(run_id, run["task"], best, kernel, module_task))
     return out, notes
 
 
@@ -225,6 +229,13 @@ def run_stack(ledger: Ledger, request: StackRequest, gates_dir: Path,
                            registry=OpRegistry())
         if not getattr(model, "decodes", True):
             raise StackError(f"{request.workload} is a forward-only module (no decode step): the stack needs a decoder")
+        for p in promoted:
+            if p.module_task:
+                try:
+                    route = route_into(model, p.op, p.module_task)
+                except GateError as exc:  # it passed its gate on this model: a model changed since
+                    raise StackError(f"run {p.run}: {exc}") from None
+                result.notes.append(f"{p.op}: the kernel runs {len(route.routed)} {route.module_class} module(s)")
         top_p = TOP_P if any(p.op in SAMPLING_OPS for p in promoted) else None
         policy = policy_for(request.device)
         bench = DecodeBench(model, request.batch, request.context, slack=policy.max_steps + 4, seed=request.seed,

@@ -225,8 +225,8 @@ def tokens_per_s(batch: int, step_us: float) -> float:
 def apply_impls(registry: OpRegistry, impls: Mapping[str, Callable[..., Any]]) -> None:
     """Make exactly ``impls`` run their ops; every other op runs its reference. Each op is set explicitly
     (the reference too) so a compiled step never has to trace the registry's fallback lookup."""
-    for op in OPS:
-        registry.set(op, impls.get(op) or reference(op))
+    for op in registry.ops:
+        registry.set(op, impls.get(op) or registry.reference_of(op))
 
 
 class DecodeBench:

@@ -192,6 +192,9 @@ class OpRegistry:
 
     def __init__(self) -> None:
         self._impls: dict[str, Callable[..., Any]] = {}
+        # Ops of this registry beyond the built-in ones: a module task's whole module, routed here by
+        # ratchet.e2e.models.module_route (name -> its task's reference).
+        self._module_ops: dict[str, Callable[..., Any]] = {}
         self._recorders: list[list[OpCall]] = []
         # The op running now, left set when it raises: says which op broke a CUDA graph capture.
         self.active: str | None = None
@@ -200,14 +203,36 @@ class OpRegistry:
         # baseline of the e2e tables included (found 2026-11-30 (MLA kernel); docs/NOTES.md).
         self._references = {name: reference(name) for name in OPS}
 
+    # -- the ops ---------------------------------------------------------------------------------------
+    def add_module_op(self, name: str, reference_fn: Callable[..., Any]) -> None:
+        """Make ``name`` an op of this registry with ``reference_fn`` as its default: a module task, whose
+        kernel replaces a whole module of the model (its tensor inputs, then its weights)."""
+        if name in SHAPES:
+            raise ValueError(f"'{name}' is a built-in op, not a module op")
+        self._module_ops[name] = reference_fn
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        """Every op of this registry: the built-in ones, then its module ops."""
+        return OPS + tuple(self._module_ops)
+
+    def reference_of(self, name: str) -> Callable[..., Any]:
+        """Op ``name``'s default: its task's reference."""
+        self._check(name)
+        return self._references.get(name) or self._module_ops[name]
+
+    def _check(self, name: str) -> None:
+        if name not in SHAPES and name not in self._module_ops:
+            raise KeyError(f"no workload op '{name}' (ops: {', '.join(self.ops)})")
+
     # -- choosing implementations --------------------------------------------------------------------
     def get(self, name: str) -> Callable[..., Any]:
-        _check_name(name)
-        return self._impls.get(name) or self._references[name]
+        self._check(name)
+        return self._impls.get(name) or self.reference_of(name)
 
     def set(self, name: str, fn: Callable[..., Any] | None) -> Callable[..., Any] | None:
         """Make ``fn`` run op ``name`` (None: back to the reference); returns what was set before."""
-        _check_name(name)
+        self._check(name)
         previous = self._impls.get(name)
         if fn is None:
             self._impls.pop(name, None)
@@ -234,8 +259,8 @@ class OpRegistry:
         Returns a handle: ``handle.restore()`` (or using it as a context manager) puts back what ran
         before.
         """
-        _check_name(name)
-        kernel = load_kernel(path, config, op=name)
+        self._check(name)
+        kernel = load_kernel(path, config, op=name if name in SHAPES else None)
         return _Installed(self, name, kernel, self.set(name, kernel))
 
     # -- recording -----------------------------------------------------------------------------------
@@ -252,9 +277,11 @@ class OpRegistry:
 
     # -- calling -------------------------------------------------------------------------------------
     def call(self, name: str, *args: Any) -> Any:
-        fn = self._impls.get(name) or self._references[name]
+        fn = self._impls.get(name) or self._references.get(name) or self._module_ops[name]
         if self._recorders:
-            call = OpCall(name, SHAPES[name](*args), args[0].dtype)
+            # A module op has no dimension names of its own here: its first input's sizes stand in.
+            shape = SHAPES[name](*args) if name in SHAPES else {f"d{i}": n for i, n in enumerate(args[0].shape)}
+            call = OpCall(name, shape, args[0].dtype)
             for calls in self._recorders:
                 calls.append(call)
         self.active = name
