@@ -60,6 +60,23 @@ HEAVIEST_MODULES = ("test_triton_seeds_sm90.py", "test_task_top_p.py", "test_loo
                     "test_first_use.py", "test_llm_proposer.py", "test_campaign.py", "test_e2e_stack_benchmark.py")
 
 
+@pytest.fixture(scope="session")
+def gemma_module_tasks(tmp_path_factory):
+    """A tiny random Gemma written to a folder, profiled (decode batch 2, context 8; prefill 8 tokens) and
+    its module tasks extracted: (folder, profile, written, skipped, root). Its GELU MLP is a module with no
+    task (tests/test_extract_module.py, tests/test_module_route.py)."""
+    pytest.importorskip("transformers")
+    from ratchet.e2e.extract_module import extract_module_tasks
+    from ratchet.e2e.models import families
+    from ratchet.e2e.profile import profile_workload
+
+    root = tmp_path_factory.mktemp("gemma")
+    folder = families.write("gemma", root / "model")
+    prof = profile_workload(str(folder), "tiny", "cpu", 2, 8, 8, 1)
+    written, skipped = extract_module_tasks(prof, root / "tasks")
+    return folder, prof, written, skipped, root
+
+
 def _heaviest_first(items) -> None:
     rank = {name: i for i, name in enumerate(HEAVIEST_MODULES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module's order is kept

@@ -22,19 +22,14 @@ from ratchet.task import load_task
 
 pytest.importorskip("transformers")
 
-from ratchet.e2e.extract_module import extract_module_tasks  # noqa: E402
-from ratchet.e2e.models import families  # noqa: E402
-from ratchet.e2e.profile import amdahl, profile_workload  # noqa: E402
+from ratchet.e2e.profile import amdahl  # noqa: E402
 
 MLP = "transformers.models.gemma.modeling_gemma.GemmaMLP"
 
 
 @pytest.fixture(scope="module")
-def gemma(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gemma")
-    folder = families.write("gemma", root / "model")
-    prof = profile_workload(str(folder), "tiny", "cpu", 2, 8, 8, 1)
-    written, skipped = extract_module_tasks(prof, root / "tasks")
+def gemma(gemma_module_tasks):
+    _folder, prof, written, skipped, root = gemma_module_tasks
     return prof, written, skipped, root
 
 

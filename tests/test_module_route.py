@@ -24,10 +24,8 @@ from ratchet.run.ledger import Ledger
 
 pytest.importorskip("transformers")
 
-from ratchet.e2e.extract_module import extract_module_tasks  # noqa: E402
-from ratchet.e2e.models import families, load_model  # noqa: E402
+from ratchet.e2e.models import load_model  # noqa: E402
 from ratchet.e2e.models.module_route import ModuleRouteError, is_module_task, route_module  # noqa: E402
-from ratchet.e2e.profile import profile_workload  # noqa: E402
 from ratchet.e2e.workloads.registry import OpRegistry  # noqa: E402
 
 OP = "gemma_mlp"
@@ -49,11 +47,8 @@ def kernel(x, gate, up, down):
 
 
 @pytest.fixture(scope="module")
-def gemma(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gemma_route")
-    folder = families.write("gemma", root / "model")
-    prof = profile_workload(str(folder), "tiny", "cpu", 2, 8, 8, 1)
-    written, _skipped = extract_module_tasks(prof, root / "tasks")
+def gemma(gemma_module_tasks):
+    folder, _prof, written, _skipped, root = gemma_module_tasks
     (mlp,) = [w for w in written if w.name.endswith("_GemmaMLP")]
     return folder, mlp, root
 

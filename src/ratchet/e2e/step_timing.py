@@ -49,8 +49,7 @@ from scipy.stats import mannwhitneyu
 from ratchet.judge import timing as judge_timing
 from ratchet.judge.timing import summarize
 from ratchet.run.keep import KeepPolicy, noise_floor
-from ratchet.e2e.workloads import OPS, DecodeStep, OpRegistry
-from ratchet.e2e.workloads.registry import reference
+from ratchet.e2e.workloads import DecodeStep, OpRegistry
 from ratchet.e2e.workloads.runner import fill_random, random_tokens
 
 

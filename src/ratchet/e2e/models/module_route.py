@@ -17,10 +17,7 @@ rank) runs the module's own forward. ``restore()`` puts every forward back.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import inspect
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -31,6 +28,7 @@ from torch import nn
 from ratchet.e2e.models.adapter import close
 from ratchet.e2e.workloads.registry import OpRegistry
 from ratchet.e2e.workloads.swaps import Undoable, set_forward
+from ratchet.task import TaskError, _import_file
 
 
 class ModuleRouteError(Exception):
@@ -49,22 +47,11 @@ class ModuleRoute(Undoable):
 
 
 def load_task_module(task_path: str | Path):
-    """The task file as a module (its ``_SPEC``, ``_import``, ``reference``, ``TASK``), imported once."""
-    path = Path(task_path).resolve()
-    name = "ratchet_module_task_" + hashlib.sha256(str(path).encode()).hexdigest()[:16]
-    module = sys.modules.get(name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ModuleRouteError(f"{task_path}: not a Python file")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:
-            del sys.modules[name]
-            raise ModuleRouteError(f"{task_path}: the task file does not load: {type(exc).__name__}: {exc}") from None
-    return module
+    """The task file as a module (its ``_SPEC``, ``_import``, ``reference``, ``TASK``)."""
+    try:
+        return _import_file(Path(task_path), "ratchet_module_task_")
+    except TaskError as exc:
+        raise ModuleRouteError(str(exc)) from None
 
 
 def is_module_task(task_path: str | Path | None) -> bool:
