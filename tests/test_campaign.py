@@ -50,7 +50,9 @@ def test_budget_is_shared_by_share_and_projection_is_amdahl():
 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
-    """A campaign on tiny Qwen3 (rmsnorm, 2 attempts) killed after its first attempt, then resumed. rmsnorm: its
+    """A campaign on tiny Qwen3 (rmsnorm, 2 attempts) killed once an attempt is recorded, then resumed. Both
+    attempts are judged at once, so the second may be recorded within the same poll: the kill then lands in
+    the run's end, the gate or the stack, and the resume must go on from there just the same. rmsnorm: its
     C++ CPU seed is a real win on the CPU (2.9x), which a campaign must have to gate and export a kernel."""
     root = tmp_path_factory.mktemp("campaign")
     model = families.write("qwen3", root / "qwen3")
@@ -61,7 +63,7 @@ def campaign(tmp_path_factory):
     deadline = time.monotonic() + 600
     attempts = 0
     while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(1.0)
+        time.sleep(0.2)
         if ledger.exists():
             try:
                 with sqlite3.connect(ledger) as db:
@@ -71,7 +73,7 @@ def campaign(tmp_path_factory):
             if attempts >= 1:
                 break
     assert proc.poll() is None, f"the campaign ended before it could be killed: {proc.stdout.read().decode()[-2000:]}"
-    assert attempts == 1
+    assert attempts >= 1
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     with sqlite3.connect(ledger) as db:

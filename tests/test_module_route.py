@@ -154,6 +154,14 @@ def test_the_gate_and_the_stack_take_a_module_tasks_kernel(gemma, tmp_path):
     assert len(passed["settings"]) == 7 and {s["verdict"] for s in passed["settings"]} == {"pass"}
     assert any("module op: the kernel runs 2 transformers.models.gemma.modeling_gemma.GemmaMLP" in n
                for n in passed["notes"])
+    # The judged B is 1 to 2 and S 1 to 8: decode at batch 1 lies inside (both MLPs of a step), batch 4
+    # and the 256-token prefill outside, and the notes say so for each of those settings.
+    judged = {(s["kind"], s["batch"], s["length"]): s["calls_judged"] for s in passed["settings"]}
+    assert judged[("decode", 1, 64)] == [2, 2] and judged[("decode", 4, 64)] == [0, 2]
+    assert judged[("prefill", 1, 256)] == [0, 2]
+    assert any(n.startswith("decode B=4 L=64: 0 of 2 calls of gemma_mlp in a step lie inside the shapes the judge "
+                            "passed") for n in passed["notes"])
+    assert not any(n.startswith("decode B=1 L=64:") for n in passed["notes"])
     code, out = _cli("gate", wrong, *where, "--contexts", "64", "--batches", "1", "--prefill", "none")
     failed = json.loads(out)
     assert code == 1 and not failed["passed"] and failed["settings"][0]["reason"] == "logits", failed["settings"][0]
@@ -188,16 +196,16 @@ hf = load_model({str(folder)!r}, size="tiny", device="cpu", seed=0, registry=OpR
 small, big = torch.arange(6)[None] % 256, torch.arange(20)[None] % 256  # S=6 judged; S=20 beyond every S judged
 with torch.no_grad():
     want_small, want_big = hf(input_ids=small).logits, hf(input_ids=big).logits
-used = []
-kernel = pkg.ops.MODULES[{OP!r}]
-pkg.ops.MODULES[{OP!r}] = lambda *args: used.append(tuple(args[0].shape)) or kernel(*args)
 adaptation = pkg.apply(hf)
+counts = pkg.ops.MODULE_COUNTS[{OP!r}]
+start = dict(counts)  # apply's probes ran the modules too
 with torch.no_grad():
     got_small = hf(input_ids=small).logits
-    n_small = len(used)
+    small_counts = {{k: counts[k] - start[k] for k in counts}}
     got_big = hf(input_ids=big).logits
 adaptation.restore()
-print(json.dumps({{"swapped": adaptation.swapped[{OP!r}], "n_small": n_small, "n_all": len(used),
+print(json.dumps({{"swapped": adaptation.swapped[{OP!r}], "small": small_counts,
+                  "all": {{k: counts[k] - start[k] for k in counts}},
                   "err_small": (got_small - want_small).abs().max().item(), "err_big": (got_big - want_big).abs().max().item()}}))
 """)
     import subprocess
@@ -206,7 +214,8 @@ print(json.dumps({{"swapped": adaptation.swapped[{OP!r}], "n_small": n_small, "n
     ran = subprocess.run([sys.executable, str(check)], capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0, ran.stderr[-2000:]
     result = json.loads(ran.stdout.strip().splitlines()[-1])
-    assert result["swapped"] == 2 and result["n_small"] == 2 and result["n_all"] == 2  # S=20: the module's own
+    assert result["swapped"] == 2 and result["small"] == {"kernel": 2, "original": 0}
+    assert result["all"] == {"kernel": 2, "original": 2}  # S=20: beyond the judged S, the module's own
     assert result["err_small"] < 1e-4 and result["err_big"] == 0.0
     test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs",
                            f"{name}.test_installed"], capture_output=True, text=True, timeout=600,

@@ -74,7 +74,7 @@ def print_gate(result) -> None:
                      f"config {a['config']}) in {result.workload} ({result.size}, {result.device}: "
                      f"{result.device_name})",
                      f"{'setting':<22} {'graphs':<9} {'baseline us':>12} {'kernel us':>12} {'ratio':>7} {'noise':>6} "
-                     f"{'logits err/allowed':>19}  verdict")
+                     f"{'logits err/allowed':>19} {'judged':>7}  verdict")
     for s in result.settings:
         c = s.comparison
         ratio = f"{c.ratio:.3f}" if c else "-"
@@ -83,7 +83,10 @@ def print_gate(result) -> None:
         base = f"{_us(s.baseline.median_us)}" if s.baseline else "-"
         kern = f"{_us(s.kernel.median_us)}" if s.kernel else "-"
         verdict = s.verdict + (f" ({s.reason})" if s.reason else "")
-        print(f"{s.label:<22} {s.graphs:<9} {base:>12} {kern:>12} {ratio:>7} {noise:>6} {logits:>19}  {verdict}")
+        judged = f"{s.calls_judged[0]}/{s.calls_judged[1]}" if s.calls_judged else "-"
+        print(f"{s.label:<22} {s.graphs:<9} {base:>12} {kern:>12} {ratio:>7} {noise:>6} {logits:>19} {judged:>7}  {verdict}")
+    print("- ratio: kernel us / baseline us, the whole step (under 1: faster with the kernel); judged: the op's calls "
+          "in a step inside the shapes the judge passed, of all its calls")
     pinned = sorted({op for s in result.settings for op in s.pinned})
     if pinned:
         print(f"- {', '.join(pinned)} pinned at the baseline's outputs in every run of a setting (a router's near-ties "

@@ -243,13 +243,19 @@ def _define(entry):
 
 
 OPS = {entry["op"]: _define(entry) for entry in MANIFEST["kernels"] if "module_task" not in entry}
-# Module tasks' kernels: each replaces whole modules of the model (apply() routes them); as judged.
+# Module tasks' kernels: each replaces whole modules of the model (apply() routes them); as judged. Their
+# calls since apply(), by what ran: MODULE_COUNTS[op] (as OPS[op].counts for the custom ops).
 MODULES = {entry["op"]: _kernel(entry["op"]) for entry in MANIFEST["kernels"] if "module_task" in entry}
+MODULE_COUNTS = {op: {"kernel": 0, "original": 0} for op in MODULES}
 
 
 def _module_dispatch(entry, kernel, own):
+    counts = MODULE_COUNTS[entry["op"]]
+
     def run(*args):
-        return (kernel if in_range(entry, args) else own)(*args)
+        inside = in_range(entry, args)
+        counts["kernel" if inside else "original"] += 1
+        return (kernel if inside else own)(*args)
 
     return run
 

@@ -58,6 +58,7 @@ from ratchet.task import DEFAULT_TOLERANCES, load_task
 from ratchet.e2e.step_timing import (
     Comparison, DecodeBench, Entry, StepTimingPolicy, Timing, apply_impls, compare, policy_for, time_interleaved,
 )
+from ratchet.e2e.export import shape_ranges
 from ratchet.e2e.models import load_model
 from ratchet.e2e.models.module_route import ModuleRouteError, is_module_task, route_module
 from ratchet.e2e.workloads import OPS, GraphCaptureError, OpRegistry, load_kernel
@@ -235,6 +236,9 @@ class SettingResult:
     logits_err: float | None = None
     logits_budget: float | None = None
     pinned: tuple[str, ...] = ()  # ops replayed at the baseline's outputs in every run of the setting
+    # The op's calls in one step of the setting: how many lie inside the shapes and dtypes the judge passed
+    # (an exported package runs the kernel there, the model's own op elsewhere), and how many in all.
+    calls_judged: tuple[int, int] | None = None
 
     @property
     def label(self) -> str:
@@ -258,6 +262,7 @@ class SettingResult:
             "batches": self.baseline.batches if self.baseline else None,
             "steps_per_batch": [self.baseline.steps_per_batch, self.kernel.steps_per_batch] if self.kernel else None,
             "logits_err": self.logits_err, "logits_budget": self.logits_budget, "pinned": list(self.pinned),
+            "calls_judged": list(self.calls_judged) if self.calls_judged else None,
         }
 
 
@@ -381,8 +386,9 @@ def _side(fn: Callable, failure: type[Exception]) -> Callable:
 
 class _Gate:
     def __init__(self, request: GateRequest, op: str, kernel: Callable, policy: StepTimingPolicy,
-                 task_path: str | None = None) -> None:
+                 task_path: str | None = None, ranges: dict | None = None) -> None:
         self.req, self.op, self.kernel, self.policy = request, op, kernel, policy
+        self.ranges = ranges  # the kept attempt's judged ranges (export.shape_ranges)
         self.cuda = request.device == "cuda"
         self.model = load_model(request.workload, size=request.size, device=request.device, seed=request.seed,
                                 registry=OpRegistry())
@@ -507,6 +513,18 @@ class _Gate:
         else:
             res.verdict = "pass"
 
+    def count_judged(self, res: SettingResult, run: Callable, reset: Callable) -> None:
+        """One baseline step, recorded: how many of the op's calls lie inside the judged ranges."""
+        if self.ranges is None:
+            return
+        with self.ops.record() as calls:
+            self.one(run, self.base, reset)
+        mine = [c for c in calls if c.task == self.op]
+        dims, dtypes = self.ranges["dims"], self.ranges["dtypes"]
+        inside = sum(1 for c in mine if str(c.dtype).removeprefix("torch.") in dtypes and all(
+            k in dims and dims[k][0] <= v <= dims[k][1] for k, v in c.shape.items()))
+        res.calls_judged = (inside, len(mine))
+
     def one(self, run: Callable, impls: dict, reset: Callable):
         apply_impls(self.ops, impls)
         reset()
@@ -552,6 +570,7 @@ class _Gate:
         except Exception as exc:
             return res.fail("kernel_error", f"{type(exc).__name__}: {exc}")
         base_e = self.one(eager.step, self.base, bench.reset) if self.cuda else base1
+        self.count_judged(res, eager.step, bench.reset)
         perts = self.perturbations(eager.step, bench.reset)
         if not self.logits_check(res, base1, base2, cand, base_e, perts, cand_tokens):
             return res
@@ -580,6 +599,7 @@ class _Gate:
             cand = self.one(run, self.cand, nothing)
         except Exception as exc:
             return res.fail("kernel_error", f"{type(exc).__name__}: {exc}")
+        self.count_judged(res, run, nothing)
         perts = self.perturbations(run, nothing)
         if not self.logits_check(res, base1, base2, cand, base1, perts):
             return res
@@ -676,7 +696,9 @@ def run_gate(ledger: Ledger, request: GateRequest, gates_dir: Path, *, policy: S
         except Exception as exc:  # the judge passed it elsewhere; here it cannot even load
             result.error = f"the kernel does not load here: {type(exc).__name__}: {exc}"
         if result.error is None:
-            _run_settings(result, request, op, kernel, policy, progress, task_path)
+            # No judged shapes on record (a kernel recorded by hand): nothing to count the calls against.
+            ranges = shape_ranges(best) if best.get("shapes") else None
+            _run_settings(result, request, op, kernel, policy, progress, task_path, ranges)
     result.wall_s = time.monotonic() - started
     result.gate_file = str(_write(result, gates_dir))
     return result
@@ -696,8 +718,8 @@ def route_into(model, op: str, task_path: str):
 
 
 def _run_settings(result: GateResult, request: GateRequest, op: str, kernel: Callable, policy: StepTimingPolicy,
-                  progress: Callable[[str], None], task_path: str | None = None) -> None:
-    gate = _Gate(request, op, kernel, policy, task_path)
+                  progress: Callable[[str], None], task_path: str | None = None, ranges: dict | None = None) -> None:
+    gate = _Gate(request, op, kernel, policy, task_path, ranges)
     if gate.route is not None:
         result.notes.append(f"module op: the kernel runs {len(gate.route.routed)} {gate.route.module_class} "
                             f"module(s) of the model ({', '.join(gate.route.routed[:4])}"
@@ -734,6 +756,11 @@ def _run_settings(result: GateResult, request: GateRequest, op: str, kernel: Cal
             _release(request.device)
         result.settings.append(res)
         progress(f"  {res.verdict}" + (f" ({res.reason}: {res.detail})" if res.reason else ""))
+        if res.calls_judged and res.calls_judged[0] < res.calls_judged[1]:
+            inside, total = res.calls_judged
+            result.notes.append(f"{res.label}: {inside} of {total} calls of {op} in a step lie inside the shapes the "
+                                f"judge passed; the gate ran the kernel on all of them, an exported package runs the "
+                                f"model's own op on the other {total - inside}")
         if res.verdict == "fail" and res.reason != "slower":
             stopped = f"an earlier setting failed ({res.reason})"
     apply_impls(gate.ops, {})

@@ -195,6 +195,7 @@ class OpRegistry:
         # Ops of this registry beyond the built-in ones: a module task's whole module, routed here by
         # ratchet.e2e.models.module_route (name -> its task's reference).
         self._module_ops: dict[str, Callable[..., Any]] = {}
+        self._module_dims: dict[str, tuple[str, ...]] = {}  # a module op's named leading dims of its first input
         self._recorders: list[list[OpCall]] = []
         # The op running now, left set when it raises: says which op broke a CUDA graph capture.
         self.active: str | None = None
@@ -204,12 +205,14 @@ class OpRegistry:
         self._references = {name: reference(name) for name in OPS}
 
     # -- the ops ---------------------------------------------------------------------------------------
-    def add_module_op(self, name: str, reference_fn: Callable[..., Any]) -> None:
+    def add_module_op(self, name: str, reference_fn: Callable[..., Any], dims: tuple[str, ...] = ()) -> None:
         """Make ``name`` an op of this registry with ``reference_fn`` as its default: a module task, whose
-        kernel replaces a whole module of the model (its tensor inputs, then its weights)."""
+        kernel replaces a whole module of the model (its tensor inputs, then its weights). ``dims``: the
+        task's names for the leading dimensions of the first input, which a recorded call's shape uses."""
         if name in SHAPES:
             raise ValueError(f"'{name}' is a built-in op, not a module op")
         self._module_ops[name] = reference_fn
+        self._module_dims[name] = tuple(dims)
 
     @property
     def ops(self) -> tuple[str, ...]:
@@ -263,6 +266,11 @@ class OpRegistry:
         kernel = load_kernel(path, config, op=name if name in SHAPES else None)
         return _Installed(self, name, kernel, self.set(name, kernel))
 
+    @property
+    def recording(self) -> bool:
+        """Whether a ``record()`` block is open."""
+        return bool(self._recorders)
+
     # -- recording -----------------------------------------------------------------------------------
     @contextlib.contextmanager
     def record(self) -> Iterator[list[OpCall]]:
@@ -279,8 +287,8 @@ class OpRegistry:
     def call(self, name: str, *args: Any) -> Any:
         fn = self._impls.get(name) or self._references.get(name) or self._module_ops[name]
         if self._recorders:
-            # A module op has no dimension names of its own here: its first input's sizes stand in.
-            shape = SHAPES[name](*args) if name in SHAPES else {f"d{i}": n for i, n in enumerate(args[0].shape)}
+            # A module op's shape: its task's named leading dims of the first input (B, S or T).
+            shape = SHAPES[name](*args) if name in SHAPES else dict(zip(self._module_dims[name], args[0].shape))
             call = OpCall(name, shape, args[0].dtype)
             for calls in self._recorders:
                 calls.append(call)
