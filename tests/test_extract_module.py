@@ -8,6 +8,7 @@ written apart on its own inputs; its seed passes `ratchet eval` on the CPU, and 
 activation fails with wrong_output.
 """
 
+import ast
 import io
 import json
 
@@ -69,6 +70,10 @@ def test_the_task_file_stands_alone_with_the_profiled_shapes(gemma):
     assert (root / "tasks" / e.name / "config.json").exists()
     text = open(e.path).read()
     assert "import ratchet" not in text.replace("from ratchet.task import", "")
+    # The math a kernel must compute is in the file: the class's own forward, as transformers wrote it.
+    doc = ast.get_docstring(ast.parse(text))
+    assert "# transformers.models.gemma.modeling_gemma.GemmaMLP\n    def forward(self, x)" in doc, doc
+    assert "self.act_fn(self.gate_proj(x)) * self.up_proj(x)" in doc
     # The cost: x, the three weights and the output in fp32; 2 FLOPs per multiply-add of the three GEMMs.
     c = task.cost({"B": 2, "S": 1}, torch.float32)
     tokens, h, i = 2, 64, 128

@@ -236,6 +236,7 @@ def _extract_one(profile: Profile, entry, records, folder: Path, name: str, forc
     costs = {}
     for reference_dtype in (("float64", "float32") if dtype == "float32" else ("float32",)):
         text = dict(profile=profile, entry=entry, name=name, dtype=dtype, public=public, cpu=cpu,
+                    forward=_forward_source(module),
                     weights={tuple(s[d] for d in names): round(max(weight_of[tuple(s[d] for d in names)], 1e-6), 6)
                              for s in public + cpu}, spec=spec, reference_dtype=reference_dtype, costs=costs)
         task_path.write_text(_task_source(**text))
@@ -589,7 +590,31 @@ def _signature(spec: dict) -> str:
     return ", ".join(names + [w[0].replace(".", "_") for w in spec["weights"]])
 
 
-def _task_source(profile, entry, name, dtype, public, cpu, weights, spec, reference_dtype, costs) -> str:
+def _forward_source(module: nn.Module, most: int = 120) -> str:
+    """The forwards of the module's class and of its children's classes (those not from torch.nn) as
+    source, indented for the task's docstring: what a kernel must compute, without reading the model's
+    library; at most ``most`` lines, '' when Python has no source."""
+    classes = [type(module)] + [type(c) for _, c in module.named_children()]
+    seen, parts = set(), []
+    for cls in classes:
+        if cls in seen or cls.__module__.startswith("torch.nn"):
+            continue
+        seen.add(cls)
+        try:
+            lines = inspect.getsource(cls.forward).splitlines()
+        except (OSError, TypeError):
+            continue
+        indent = min((len(line) - len(line.lstrip()) for line in lines if line.strip()), default=0)
+        parts.append([f"# {cls.__module__}.{cls.__qualname__}"] + [line[indent:] for line in lines])
+    body = [line for part in parts for line in part + [""]][:most]
+    if not body:
+        return ""
+    text = "\n".join("    " + line if line.strip() else "" for line in body).rstrip()
+    text = text.replace("\\", "\\\\").replace('"""', "'''")  # stays inside the docstring as written
+    return f"\n\nIts forward, and its children's (the kernel computes it, the weights as arguments):\n\n{text}"
+
+
+def _task_source(profile, entry, name, dtype, public, cpu, weights, spec, reference_dtype, costs, forward="") -> str:
     names = spec["names"]
     klass = entry.name.rsplit(".", 1)[-1].split("#")[0]
     setting = "; ".join(f"{p.name}: {', '.join(f'{k} {v}' for k, v in p.setting.items())}" for p in profile.phases)
@@ -613,7 +638,7 @@ def _task_source(profile, entry, name, dtype, public, cpu, weights, spec, refere
                    "the model has it, built from config.json beside this file (when the model has a config), its "
                    "forward called with the kernel's weight arguments in its parameters' places: "
                    f"kernel({_signature(spec)}) returns the module's tensor outputs. Nothing is forbidden: a "
-                   "candidate that runs the module itself only ties."),
+                   "candidate that runs the module itself only ties.") + forward,
         spec=_pretty(spec), module_code=_MODULE_CODE,
         dims_text=", ".join(names), dims=repr(tuple(names)), costs=repr(costs), param_floor=spec["param_floor"],
         cpu_tokens=CPU_TOKENS, gpu_shapes="\n".join(f"    {s!r}," for s in public),
