@@ -12,8 +12,12 @@ def register(sub, parser_class) -> None:
                           "workload without it: decode at every context and batch of the grid with CUDA graphs on "
                           "(on a CPU: eager steps, graph capture simulated), and prefill. A setting fails when the "
                           "step is slower beyond noise, the logits differ beyond the task's tolerance carried "
-                          "through the model, or the kernel breaks graph capture. The outcome is written next to "
-                          "the ledger (gates/), where 'ratchet stack' finds it. Exit 0 pass, 1 fail, 2 bad usage.")
+                          "through the model, or the kernel breaks graph capture. A module task's kernel (from "
+                          "'ratchet profile --extract') goes in as the forward of the model's modules of its class. "
+                          "Keep the grid's batches and lengths inside the shapes the run judged: the 'judged' "
+                          "column counts the op's calls there, where an exported package runs the kernel. The "
+                          "outcome is written next to the ledger (gates/), where 'ratchet stack' finds it. Exit 0 "
+                          "pass, 1 fail, 2 bad usage.")
     from ratchet.cli.common import MODEL_HELP, add_grid_options, add_ledger_option
 
     gate.add_argument("run", metavar="RUN", help="the run whose best kernel to gate")
