@@ -11,6 +11,7 @@ activation fails with wrong_output.
 import ast
 import io
 import json
+import sys
 
 import pytest
 import torch
@@ -70,6 +71,12 @@ def test_the_task_file_stands_alone_with_the_profiled_shapes(gemma):
     assert (root / "tasks" / e.name / "config.json").exists()
     text = open(e.path).read()
     assert "import ratchet" not in text.replace("from ratchet.task import", "")
+    # The implementations the model's modules dispatched to travel with the task (config.json leaves them
+    # out): Ratchet's own attention as the one it wraps, so the file runs where the adapter never did.
+    spec = ast.literal_eval(text.split("_SPEC = ", 1)[1].split("\n}\n", 1)[0] + "\n}")
+    assert spec["implementations"] == {"_experts_implementation": "eager", "_attn_implementation": "sdpa"}
+    rebuilt = sys.modules[task.reference.__module__]._module("cpu")  # the module the reference calls
+    assert rebuilt.config._attn_implementation == "sdpa" and rebuilt.config._experts_implementation == "eager"
     # The math a kernel must compute is in the file: the class's own forward, as transformers wrote it.
     doc = ast.get_docstring(ast.parse(text))
     assert "# transformers.models.gemma.modeling_gemma.GemmaMLP\n    def forward(self, x)" in doc, doc

@@ -165,6 +165,11 @@ def test_the_gate_and_the_stack_take_a_module_tasks_kernel(gemma, tmp_path):
     code, out = _cli("gate", wrong, *where, "--contexts", "64", "--batches", "1", "--prefill", "none")
     failed = json.loads(out)
     assert code == 1 and not failed["passed"] and failed["settings"][0]["reason"] == "logits", failed["settings"][0]
+    assert not any(n.startswith("replaces the earlier gate") for n in failed["notes"])
+    code, out = _cli("gate", wrong, *where, "--contexts", "64", "--batches", "1", "--prefill", "none")
+    again = json.loads(out)  # the same run on the same model: its outcome is replaced, and the gate says so
+    assert any(n.startswith("replaces the earlier gate of this run on this model (fail, ") and "batches [1]" in n
+               for n in again["notes"]), again["notes"]
     code, out = _cli("stack", str(folder), good, "--size", "tiny", "--device", "cpu", "--batch", "1", "--context",
                      "64", "--no-compile", "--json", "--ledger", str(path))
     stacked = json.loads(out)

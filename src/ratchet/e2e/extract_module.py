@@ -141,6 +141,24 @@ def _config_of(module: nn.Module, model) -> object | None:
     return None
 
 
+# Set on a model's config when it is loaded or adapted, and left out of its config.json: which experts and
+# attention implementations its modules dispatch to. A module rebuilt without them runs another path
+# (Qwen3-MoE's experts: the eager per-expert loop, where the model ran grouped_mm at 2-3x the speed on a
+# CPU, 2026-12-04), and every speedup over that reference would be inflated.
+_IMPLEMENTATIONS = ("_experts_implementation", "_attn_implementation")
+
+
+def _implementations(config) -> dict:
+    from ratchet.e2e.models.adapter import ATTENTION_PREFIX
+
+    if config is None:
+        return {}
+    # Ratchet's own attention ("ratchet_sdpa": the registry's decode attention, else sdpa) exists only where
+    # the adapter registered it; the task file, run anywhere, takes the implementation it wraps.
+    return {k: v.removeprefix(ATTENTION_PREFIX) for k in _IMPLEMENTATIONS
+            if isinstance(v := getattr(config, k, None), str)}
+
+
 def _init_kwargs(module: nn.Module, path: str, config) -> dict:
     """The constructor's arguments, read off the instance: ``config`` the model's config, ``layer_idx``
     the layer the instance sits in, any other one the instance's attribute of that name, else its
@@ -219,6 +237,7 @@ def _extract_one(profile: Profile, entry, records, folder: Path, name: str, forc
             cpu.append(small)
     spec = {
         "source": source, "config_source": config_source, "init": init, "names": list(names),
+        **({"implementations": _implementations(config)} if _implementations(config) else {}),
         "inputs": [_input_spec(a, lay, dtype) for a, lay in zip(calls[0][1].args, layout)],
         "weights": [(n, list(t.shape), "task" if dtype_name(t.dtype) == dtype else dtype_name(t.dtype), *_stats(t))
                     for n, t in weights],
@@ -403,6 +422,9 @@ def _module(device):
         kwargs = dict(_SPEC["init"])
         if "config" in kwargs:
             kwargs["config"] = _import(_SPEC["config_source"]).from_dict(_config_dict())
+            # The experts and attention implementations the model's modules ran (not in config.json).
+            for attr, value in _SPEC.get("implementations", {}).items():
+                setattr(kwargs["config"], attr, value)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             module = _import(_SPEC["source"])(**kwargs)

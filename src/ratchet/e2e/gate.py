@@ -685,6 +685,12 @@ def run_gate(ledger: Ledger, request: GateRequest, gates_dir: Path, *, policy: S
                         attempt={"id": best["id"], "seq": best["seq"], "source_sha256": best["source_sha256"],
                                  "config": best["config"], "config_key": config_key(best["config"]),
                                  "speedup": best["speedup"]})
+    earlier = read_gate(gates_dir, request.run, request.workload, request.size, request.device)
+    if earlier is not None:  # one outcome per run, model, size and device: the stack and export read the last
+        g = earlier.get("grid") or {}
+        result.notes.append(f"replaces the earlier gate of this run on this model ({earlier.get('verdict')}, "
+                            f"{earlier.get('gated_at', 'undated')}, contexts {g.get('contexts')}, batches "
+                            f"{g.get('batches')}, prefill {g.get('prefill')})")
     if request.device == "cpu":
         result.notes.append("CPU: no CUDA graphs, so decode steps run eagerly and graph capture is simulated; "
                             "CPU timings say nothing about GPUs")
@@ -760,7 +766,8 @@ def _run_settings(result: GateResult, request: GateRequest, op: str, kernel: Cal
             inside, total = res.calls_judged
             result.notes.append(f"{res.label}: {inside} of {total} calls of {op} in a step lie inside the shapes the "
                                 f"judge passed; the gate ran the kernel on all of them, an exported package runs the "
-                                f"model's own op on the other {total - inside}")
+                                f"model's own op on the other {total - inside} (to judge such shapes, give the task "
+                                f"them: for an extracted task, 'ratchet profile' at that --batch or --prefill)")
         if res.verdict == "fail" and res.reason != "slower":
             stopped = f"an earlier setting failed ({res.reason})"
     apply_impls(gate.ops, {})
