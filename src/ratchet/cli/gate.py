@@ -89,8 +89,9 @@ def print_gate(result) -> None:
         verdict = s.verdict + (f" ({s.reason})" if s.reason else "")
         judged = f"{s.calls_judged[0]}/{s.calls_judged[1]}" if s.calls_judged else "-"
         print(f"{s.label:<22} {s.graphs:<9} {base:>12} {kern:>12} {ratio:>7} {noise:>6} {logits:>19} {judged:>7}  {verdict}")
-    print("- ratio: kernel us / baseline us, the whole step (under 1: faster with the kernel); judged: the op's calls "
-          "in a step inside the shapes the judge passed, of all its calls")
+    print("- ratio: kernel us / baseline us, the whole step (under 1: faster with the kernel); noise: the baseline's "
+          "own spread, never under the device's floor (8% on a CPU, 1% on a GPU); judged: the op's calls in a step "
+          "inside the shapes the judge passed, of all its calls")
     pinned = sorted({op for s in result.settings for op in s.pinned})
     if pinned:
         print(f"- {', '.join(pinned)} pinned at the baseline's outputs in every run of a setting (a router's near-ties "
