@@ -4,6 +4,8 @@
 #   STAGES="tests eval_rmsnorm search loop" bash benchmarks/gpu_session.sh
 # A device command may run 10 minutes and a session has 30: split the stages over calls, e.g.
 #   call 1: STAGES="tests eval_rmsnorm"      call 2: STAGES="search loop"      call 3: STAGES="seeds_all suite"
+# The GPU's fault tests with forked and executed workers (the gate for forking GPU workers by default):
+#   STAGES=tests PYTEST_ARGS=tests/faults/test_faults_gpu.py bash benchmarks/gpu_session.sh
 # Optuna and Liger are not on the GPU image: fetch wheels with ../shared/device/wheels.sh, carry .whl and
 # install them first (the line at the top of that script); PYTHONPATH set by it is kept.
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src PYTHONUNBUFFERED=1
@@ -116,6 +118,16 @@ for stage in $STAGES; do
           timeout "${RUNS_S:-540}" python -m benchmarks.suite_runs --tasks ${RUN_TASKS:-rmsnorm add_rmsnorm silu_mul} \
              --shapes 4 --time-per-task "${RUN_TIME:-90}" --ledger "$OUT/ledger.sqlite" --out "$OUT/runs" \
              > "$OUT/runs.log" 2>&1 ;;
+    # Judge seconds per failed, raced and kept attempt on a short tuner run of the built-in rmsnorm, from its
+    # Triton seed (no nvcc in its first calls), with the seconds spent waiting for the device lock.
+    costs) timeout "${COSTS_S:-420}" python -m benchmarks.probes.judge_costs --task rmsnorm --device cuda \
+             --budget "${COSTS_BUDGET:-6}" --seed "$ROWWISE" --out "$OUT/costs" > "$OUT/costs.log" 2>&1 ;;
+    # The README's main job, cut at MAIN_S: when each verdict was recorded from the run's start (the goal
+    # for the first is 30 s).
+    main_job) timeout "${MAIN_S:-300}" python -m ratchet run top_p_sampling --budget "${MAIN_BUDGET:-12}" \
+                --device cuda --ledger "$OUT/main_job.sqlite" > "$OUT/main_job.log" 2>&1
+              python -m benchmarks.probes.first_verdict --ledger "$OUT/main_job.sqlite" --out "$OUT/main_job.md" \
+                >> "$OUT/main_job.log" 2>&1 ;;
     # Forked GPU workers (RATCHET_FORKSERVER=1) against executed ones: verdicts and start seconds.
     worker_start) timeout "${WORKER_START_S:-150}" python -m benchmarks.probes.worker_start --repeats 2 \
              --task benchmarks/tasks/rmsnorm_one_shape.py --candidate "$ROWWISE" --out "$OUT" > "$OUT/worker_start.log" 2>&1 ;;
@@ -175,6 +187,7 @@ for stage in $STAGES; do
 done
 grep -h -E "^(PASSED|FAILED|ERROR|SKIPPED) |Timeout" "$OUT/pytest_gpu.log" 2>/dev/null | sort | uniq -c | sort -rn | head -5
 for f in smoke.log long_run.log pytest_gpu.log eval_rmsnorm.err eval_seeds.md search_efficiency.md loop_throughput.txt guard_cost.md worker_start.md \
+         costs/judge_costs.md main_job.md \
          judge_phase_costs.md all/eval_seeds.md runs/runs.md suite/suite.md largest/suite.md e2e/e2e_stack.md e2e_models/e2e_models.md \
          search_decode/search_efficiency.md search/search_efficiency.md; do
   [ -f "$OUT/$f" ] && { echo "== $f"; tail -20 "$OUT/$f"; }
