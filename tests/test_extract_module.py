@@ -75,6 +75,8 @@ def test_the_task_file_stands_alone_with_the_profiled_shapes(gemma):
     # out): Ratchet's own attention as the one it wraps, so the file runs where the adapter never did.
     spec = ast.literal_eval(text.split("_SPEC = ", 1)[1].split("\n}\n", 1)[0] + "\n}")
     assert spec["implementations"] == {"_experts_implementation": "eager", "_attn_implementation": "sdpa"}
+    assert "with experts implementation 'eager', attn implementation 'sdpa'." in " ".join(
+        ast.get_docstring(ast.parse(text)).split())
     rebuilt = sys.modules[task.reference.__module__]._module("cpu")  # the module the reference calls
     assert rebuilt.config._attn_implementation == "sdpa" and rebuilt.config._experts_implementation == "eager"
     # The math a kernel must compute is in the file: the class's own forward, as transformers wrote it.

@@ -660,7 +660,11 @@ def _task_source(profile, entry, name, dtype, public, cpu, weights, spec, refere
                    "the model has it, built from config.json beside this file (when the model has a config), its "
                    "forward called with the kernel's weight arguments in its parameters' places: "
                    f"kernel({_signature(spec)}) returns the module's tensor outputs. Nothing is forbidden: a "
-                   "candidate that runs the module itself only ties.") + forward,
+                   "candidate that runs the module itself only ties."
+                   + (" The model's modules ran, and the reference runs, with "
+                      + ", ".join(f"{k.strip('_').replace('_', ' ')} '{v}'"
+                                  for k, v in spec.get("implementations", {}).items()) + "."
+                      if spec.get("implementations") else "")) + forward,
         spec=_pretty(spec), module_code=_MODULE_CODE,
         dims_text=", ".join(names), dims=repr(tuple(names)), costs=repr(costs), param_floor=spec["param_floor"],
         cpu_tokens=CPU_TOKENS, gpu_shapes="\n".join(f"    {s!r}," for s in public),
