@@ -22,8 +22,9 @@ moment more than anything else (it is shown, with its maximum, but not bounded).
 memory at rest: after the run, once its processes are gone and this process's allocator has returned its
 cached blocks (``torch.cuda.empty_cache``), against before its first attempt, with this process's own CUDA
 context open both times. The judge's own live CUDA tensors (``torch.cuda.memory_allocated``, this process)
-are sampled after every attempt and bounded like the host's RSS: a leak of the judge's would show there. With --resume the attempts already in the ledger count
-toward --attempts, and the table covers this process's attempts (a fresh judge process: its memory starts anew).
+are sampled after every attempt and bounded like the host's RSS: a leak of the judge's would show there.
+With --resume the attempts already in the ledger count toward --attempts, and the table covers this
+process's attempts (a fresh judge process: its memory starts anew).
 
 Exit status 1 when host or GPU memory grew by more than --max-growth-mib between the first and the last
 quarter of the attempts (medians), when the judge's seconds per attempt grew by more than --max-slowdown

@@ -113,7 +113,9 @@ def export(ledger: Ledger, ident: str, out_dir: str | Path, gates_dir: Path) -> 
         module_task = None
         if op not in OPS:
             if not is_module_task(run["task_path"]):
-                left_out.append({"op": op, "run": run["id"], "why": "neither a built-in op nor a module task"})
+                # It passed its gate as one, so its task file has been moved or changed since.
+                left_out.append({"op": op, "run": run["id"], "why": f"its task file {run['task_path']} is no longer "
+                                 "a module task's (moved or changed since its gate)"})
                 continue
             # The task file (and the config it builds the module from) travels with the package: apply()
             # routes the model's modules of its class through the kernel as the gate did.

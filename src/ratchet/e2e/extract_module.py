@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from ratchet.e2e.extract import SHAPE_TABLES, Extracted, _stem, _wrap
+from ratchet.e2e.models.module_route import call_arguments
 from ratchet.e2e.module_times import ArgSpec, CallSpec, layer_of
 from ratchet.e2e.profile import PHASE_WEIGHTS, Profile, dtype_name
 
@@ -371,15 +372,8 @@ def _constants_differ(rebuilt: nn.Module, original: nn.Module) -> str | None:
 
 
 def _module_call(functional_call, module, spec, inputs, n_in):
-    tensors, weights = list(inputs[:n_in]), inputs[n_in:]
-    state = {n: w for (n, *_rest), w in zip(spec["weights"], weights)}
-    args, kwargs = [], {}
-    for item in spec["inputs"]:
-        value = item["const"] if "const" in item else tensors.pop(0)
-        if item["key"] is None:
-            args.append(value)
-        else:
-            kwargs[item["key"]] = value
+    state = {n: w for (n, *_rest), w in zip(spec["weights"], inputs[n_in:])}
+    args, kwargs = call_arguments(spec["inputs"], inputs[:n_in])
     return functional_call(module, state, tuple(args), kwargs)
 
 

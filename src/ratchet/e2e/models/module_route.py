@@ -54,15 +54,33 @@ def load_task_module(task_path: str | Path):
         raise ModuleRouteError(str(exc)) from None
 
 
+def _module_spec(task_module) -> dict | None:
+    """The task file's call spec of a module, or None when it is no module task."""
+    spec = getattr(task_module, "_SPEC", None)
+    return spec if isinstance(spec, dict) and {"source", "inputs", "weights"} <= set(spec) else None
+
+
 def is_module_task(task_path: str | Path | None) -> bool:
     """Whether ``task_path`` is a task file written by ``extract_module`` (a whole module as one op)."""
     if not task_path or not Path(task_path).is_file():
         return False
     try:
-        spec = getattr(load_task_module(task_path), "_SPEC", None)
+        return _module_spec(load_task_module(task_path)) is not None
     except ModuleRouteError:
         return False
-    return isinstance(spec, dict) and {"source", "inputs", "weights"} <= set(spec)
+
+
+def call_arguments(items: list[dict], tensors) -> tuple[list, dict]:
+    """A module's forward arguments from a task's call spec (``_SPEC["inputs"]``) and its tensor inputs in
+    order: positional and keyword as profiled, constants as recorded."""
+    args, kwargs, left = [], {}, list(tensors)
+    for item in items:
+        value = item["const"] if "const" in item else left.pop(0)
+        if item["key"] is None:
+            args.append(value)
+        else:
+            kwargs[item["key"]] = value
+    return args, kwargs
 
 
 def _same_class(module: nn.Module, cls: type) -> bool:
@@ -148,17 +166,6 @@ class _Call:
                 out.append(value)
         return out
 
-    def arguments(self, tensors: list[torch.Tensor]) -> tuple[list, dict]:
-        """The forward's arguments for the task's tensor inputs (constants as profiled)."""
-        args, kwargs, left = [], {}, list(tensors)
-        for item in self.items:
-            value = item["const"] if "const" in item else left.pop(0)
-            if item["key"] is None:
-                args.append(value)
-            else:
-                kwargs[item["key"]] = value
-        return args, kwargs
-
 
 class _OwnForward:
     """The module op's default: the forward of the module being called, on the call's own arguments (the
@@ -217,8 +224,8 @@ def route_module(model: nn.Module, registry: OpRegistry, op: str, task_path: str
     """Route every instance of the task's module class in ``model`` through ``registry``'s op ``op``
     (added as a module op); raises ModuleRouteError when the task is none or no instance could be routed."""
     task_module = load_task_module(task_path)
-    spec = getattr(task_module, "_SPEC", None)
-    if not (isinstance(spec, dict) and {"source", "inputs", "weights"} <= set(spec)):
+    spec = _module_spec(task_module)
+    if spec is None:
         raise ModuleRouteError(f"{task_path}: not a module task (no call spec of a module)")
     cls = task_module._import(spec["source"])
     result = ModuleRoute(op, f"{cls.__module__}.{cls.__qualname__}")
@@ -235,7 +242,7 @@ def route_module(model: nn.Module, registry: OpRegistry, op: str, task_path: str
         try:
             call = _Call(original, spec["inputs"])
             inputs = _probe_inputs(task_module, module, weights)
-            args, kwargs = call.arguments(inputs)
+            args, kwargs = call_arguments(spec["inputs"], inputs)
             with torch.no_grad():
                 want = original(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001  (a module the task's inputs cannot drive is left alone)
