@@ -177,7 +177,9 @@ def test_setup_writes_a_gpu_run_and_program_per_op_without_a_gpu(tmp_path, capsy
         assert "not measured on this device yet" in text and "Datasheet leads, not measurements" in text
     min_p = (tmp_path / "runs" / "min_p" / "program.md").read_text()
     assert "| B=256 V=151936 | 1 | 64.8 | - |" in min_p  # a GPU shape: 2 x 256 x 151936 x 4 B at 4.8 TB/s
-    assert "{'B': 64, 'V': 1000}" not in min_p  # not the CPU set
+    # The CPU set only where the correctness-only CPU check is named, not among the shapes judged.
+    assert "{'B': 64, 'V': 1000}" not in min_p.split("The CPU check runs ")[0]
+    assert "The CPU check runs {'B': 1, 'V': 1000}, {'B': 8, 'V': 4099}, {'B': 64, 'V': 1000}." in min_p
     # The torch.compile baseline needs the device: refused in one line before any run is created.
     code = bench.main(["setup", "--device", "cuda", "--device-name", "H200", "--ledger", str(tmp_path / "m.sqlite"),
                        "--compile-baseline", "--out", str(tmp_path / "x")])

@@ -127,3 +127,92 @@ def test_eval_passes_the_seed_and_fails_a_kernel_without_the_activation(gemma, t
     no_activation = header + "    return F.linear(F.linear(x, gate) * F.linear(x, up), down)\n"
     verdict = _judge(task, no_activation, tmp_path, "no_activation")
     assert verdict.verdict == "fail" and "wrong_output" in [r.code for r in verdict.reasons], verdict.reasons
+
+
+def test_program_and_brief_show_a_module_tasks_parameters_math_and_settings(gemma, tmp_path, capsys,
+                                                                            monkeypatch):
+    # The reference of a module task is `_run(*arguments)`: program.md and the brief name the kernel's own
+    # parameters and quote the file's docstring (the module's forward and its settings) instead.
+    _prof, written, _skipped, _root = gemma
+    (e,) = [w for w in written if w.name.endswith("_GemmaMLP")]
+    monkeypatch.chdir(tmp_path)
+    ledger = str(tmp_path / "l.sqlite")
+    assert main(["program", e.path, "--device", "cuda", "--device-name", "H200", "--ledger", ledger]) == 0
+    text = (tmp_path / "program.md").read_text()
+    signature = "kernel(x0, gate_proj_weight, up_proj_weight, down_proj_weight)"
+    assert f"Define `{signature}` with exactly" in text
+    assert "self.act_fn(self.gate_proj(x)) * self.up_proj(x)" in text
+    assert "Its settings (self and its children, as the model built them):" in text
+    assert "gate_proj: in_features=64, out_features=128" in text
+    capsys.readouterr()
+    assert main(["context", e.path, "--device", "cpu"]) == 0
+    brief = capsys.readouterr().out
+    assert f"- Signature: `{signature}`" in brief and "self.act_fn(self.gate_proj(x))" in brief
+
+
+def test_the_weight_floor_of_a_stack_of_experts_counts_the_experts_one_token_reaches():
+    # A token's top-k experts are distinct, so any call reads at least k experts' weights (Qwen3-MoE: 8 of
+    # 128); counting one expert made the floor, and every roofline share, 8x too low there.
+    from transformers.models.qwen3_moe.configuration_qwen3_moe import Qwen3MoeConfig
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+
+    from ratchet.e2e.extract_module import _experts_per_token, _param_floor, _weights
+
+    config = Qwen3MoeConfig(hidden_size=32, moe_intermediate_size=16, num_experts=6, num_experts_per_tok=4)
+    block = Qwen3MoeSparseMoeBlock(config)
+    assert _experts_per_token(block) == 4
+    one_expert = 4 * (2 * 16 * 32 + 32 * 16)  # gate_up [2I, H] and down [H, I] of one expert, fp32
+    router = 4 * 6 * 32
+    assert _param_floor(_weights(block), "float32", 4) == 4 * one_expert + router
+    assert _param_floor(_weights(block), "float32", 9) == 6 * one_expert + router  # never beyond the stack
+    # A dense module has no router: every parameter is read, and its top-k is 1.
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 4, bias=False))
+    assert _experts_per_token(mlp) == 1 and _param_floor(_weights(mlp), "float32") == 4 * 8 * 4
+
+
+def test_a_wide_modules_cpu_set_is_the_module_narrowed(tmp_path, monkeypatch):
+    # A module past NARROW_ABOVE_BYTES (Qwen3-30B-A3B's MoE block: 2.4 GB of fp32 experts, a judged CPU call
+    # that took 20 s) gets a CPU set of the same class built at narrow widths; its GPU shapes keep the
+    # model's. The threshold is lowered here so a small model crosses it.
+    from ratchet.e2e import extract_module
+    from ratchet.e2e.models import families
+    from ratchet.e2e.profile import profile_workload
+
+    monkeypatch.setattr(extract_module, "NARROW_ABOVE_BYTES", 0)
+    folder = families.write("qwen3_moe", tmp_path / "model", "tiny", 1)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(hidden_size=256, num_local_experts=32, moe_intermediate_size=64)
+    (folder / "config.json").write_text(json.dumps(config))
+    prof = profile_workload(str(folder), "tiny", "cpu", 2, 8, 8, 1)
+    written, _skipped = extract_module.extract_module_tasks(prof, tmp_path / "tasks")
+    (e,) = [w for w in written if w.name.endswith("_Qwen3MoeSparseMoeBlock")]
+    task = load_task(e.path)
+    assert all("W" not in s for s in task.gpu.public) and all(s["W"] == 128 for s in task.cpu.public)
+    assert all(s["W"] == 128 for s in task.cpu.held_out.draw(__import__("random").Random(0)))
+    # The model's widths at a GPU shape; hidden 128, 16 experts (2 x top-2 rounded up to 16), expert width
+    # 64 / 2 at a CPU shape.
+    g = torch.Generator().manual_seed(3)
+    full = task.make_inputs({"B": 1, "S": 1}, torch.float32, "cpu", g)
+    assert [list(t.shape) for t in full] == [[1, 1, 256], [32, 128, 256], [32, 256, 64], [32, 256]]
+    x, gate_up, down, router = task.make_inputs({"B": 2, "S": 3, "W": 128}, torch.float32, "cpu", g)
+    assert [list(t.shape) for t in (x, gate_up, down, router)] == [[2, 3, 128], [16, 64, 128], [16, 128, 32],
+                                                                   [16, 128]]
+    # The reference at narrow widths is the block's math written apart: softmax router, top 2 renormalised,
+    # each chosen expert's silu(gate) * up through down, weighted.
+    flat = x.reshape(-1, 128)
+    probs = torch.softmax(flat @ router.T, dim=-1)
+    top, ids = probs.topk(2, dim=-1)
+    top = top / top.sum(-1, keepdim=True)
+    want = torch.zeros_like(flat)
+    for t in range(flat.shape[0]):
+        for k in range(2):
+            g_, u = (gate_up[ids[t, k]] @ flat[t]).chunk(2)
+            want[t] += top[t, k] * (down[ids[t, k]] @ (F.silu(g_) * u))
+    torch.testing.assert_close(task.reference(x, gate_up, down, router), want.reshape(2, 3, 128))
+    # The cost at a narrow shape counts the narrow weights one token reaches (top-2 experts and the router).
+    moved = task.cost({"B": 1, "S": 1, "W": 128}, torch.float32).bytes
+    assert moved == 4 * (2 * (64 * 128 + 128 * 32) + 16 * 128) + 4 * 128 * 2  # weights, then x and the output
+    # The seed (the module itself) passes the CPU's correctness phase at the narrow widths.
+    verdict = evaluate(task, load_candidate(e.seed), None, JudgeOptions(device="cpu", time_it=False))
+    assert verdict.verdict == "pass", verdict.reasons
+    assert {r.shape["W"] for r in verdict.shapes} == {128}

@@ -23,7 +23,12 @@ def test_program_for_an_h200_run_on_a_cpu_machine(tmp_path, capsys, monkeypatch)
     assert (run["device"], run["device_name"], run["proposer"]) == ("cuda", "NVIDIA H200", "agent")
     text = (tmp_path / "program.md").read_text()
     # The GPU's shape set (not the CPU's), floors at the H200's datasheet bandwidth, named as leads.
-    assert "| T=16384 H=8192 | 0.5 | 112 |" in text and "{'T': 7, 'H': 1000}" not in text
+    assert "| T=16384 H=8192 | 0.5 | 112 |" in text
+    # The CPU shapes appear once, where the correctness-only check on the CPU is named.
+    shapes_line = next(line for line in text.splitlines() if "Shapes on cuda:" in line)
+    gpu_part, cpu_part = shapes_line.split("The CPU check runs ")
+    assert "{'T': 16384, 'H': 8192}" in gpu_part and "{'T': 7, 'H': 1000}" not in gpu_part
+    assert "{'T': 7, 'H': 1000}" in cpu_part and text.count("{'T': 7, 'H': 1000}") == 1
     assert "Datasheet leads, not measurements" in text and "datasheet numbers for H200 (4.8 TB/s" in text
     assert "not measured on this device yet (no judged attempt of rmsnorm on NVIDIA H200" in text
     # How the judge times, and the checks that cost no GPU time, in the loop and the commands.

@@ -321,14 +321,14 @@ def program_text(task: Task, run: Mapping[str, Any], ledger_flag: str = "", ledg
     leads or cached measured ceilings, named as such) and the reference times the ledger holds for that
     GPU. ``start_files`` are named as starting points besides the task's seeds."""
     from ratchet.agents import judge_facts
-    from ratchet.agents.brief import device_targets
+    from ratchet.agents.brief import device_targets, kernel_signature
     from ratchet.judge.verdict import ERROR_CODES, FAIL_CODES
 
     spec = shlex.quote(task_spec_for(run))
     rid, device = run["id"], run["device"]
     lf = ledger_flag
     shapes = task.shape_set(device)
-    signature = _signature(task)
+    signature = kernel_signature(task)
     goal = (f"reach {run['goal_speedup']:g}x over the reference (weighted geometric mean over the shapes)"
             if run.get("goal_speedup") else "as fast as you can make it; only verified wins are kept")
     held = ""
@@ -336,6 +336,13 @@ def program_text(task: Task, run: Mapping[str, Any], ledger_flag: str = "", ledg
         held = (f" Held-out shapes are drawn at every evaluation from {dict(shapes.held_out.dims)} "
                 f"({shapes.held_out.count} per dtype): your kernel must handle any size, odd ones included.")
     forbidden = ", ".join(f"`{op}`" for op in task.forbidden) or "none for this task"
+    cpu_shapes = ""
+    if device != "cpu" and task.cpu is not None:
+        cpu_shapes = f" The CPU check runs {', '.join(str(dict(s)) for s in task.cpu.public)}"
+        if any("W" in s for s in task.cpu.public):  # a module task narrowed for the CPU (ratchet.e2e.narrow)
+            cpu_shapes += (" (W: the model's module rebuilt at that hidden width, its other widths cut to match: "
+                           "take every width from the arguments' shapes)")
+        cpu_shapes += "."
     dtypes = ", ".join(str(d).removeprefix("torch.") for d in task.dtypes)
     fail_rows = "\n".join(f"| `{code}` | fail | {text} |" for code, text in FAIL_CODES.items())
     error_rows = "\n".join(f"| `{code}` | error | {text} |" for code, text in ERROR_CODES.items()
@@ -417,7 +424,7 @@ duplicate: the same source and config is judged once per run).
 
 ## Candidate files
 
-- Define `kernel{signature}` with exactly the reference's parameters, returning what the reference
+- Define `{signature}` with exactly the reference's parameters, returning what the reference
   returns: same structure, shapes, dtypes (the input's dtype unless the task says otherwise) and device.
 - Optional `SPACE = {{"BLOCK": [256, 512, 1024]}}`: a literal dict of non-empty lists. A config picks one
   value per key and arrives as keyword arguments (`kernel(..., BLOCK=512)`); the first values are the
@@ -425,7 +432,7 @@ duplicate: the same source and config is judged once per run).
 - {languages}
 - {judge_facts.cuda_cpp_rule()}
 - Starting points (known-good seeds of this task): {seeds}.
-- Dtypes judged: {dtypes}. Shapes on {device}: {', '.join(str(dict(s)) for s in shapes.public)}.{held}
+- Dtypes judged: {dtypes}. Shapes on {device}: {', '.join(str(dict(s)) for s in shapes.public)}.{held}{cpu_shapes}
 - Ops the kernel may not run (seen by the profiler, fallbacks included): {forbidden}.
 - Outputs must be plain dense tensors with their own storage; inputs must stay unchanged.
 
@@ -465,14 +472,12 @@ def _seed_paths(task: Task, device: str) -> list[str]:
     return [str(p) for p in task.seeds_for(device)]
 
 
-def _signature(task: Task) -> str:
-    try:
-        return str(inspect.signature(task.reference))
-    except (TypeError, ValueError):
-        return "(...)"
-
-
 def _reference_source(task: Task) -> str:
+    from ratchet.agents.brief import reference_text
+
+    text = reference_text(task)
+    if text is not None:
+        return text
     try:
         return textwrap.dedent(inspect.getsource(task.reference)).rstrip()
     except (OSError, TypeError):

@@ -304,7 +304,7 @@ def _goal_levels(f: _Facts) -> list[Level]:
 
 
 def _goal(f: _Facts, full: bool) -> str:
-    sig = _signature(f.task)
+    sig = kernel_signature(f.task)
     lines = ["## Goal", "",
              f"Make `{sig}` for **{f.task.name}** faster on **{f.device}** than the task's reference and than the "
              "current best, with every check of the judge passing.", "",
@@ -431,7 +431,7 @@ def _task(f: _Facts, max_lines: int | None, with_inputs: bool) -> str:
     lines = ["## Task", ""]
     if t.description:
         lines += [t.description, ""]
-    lines.append(f"- Signature: `{_signature(t)}`; returns what the reference returns.")
+    lines.append(f"- Signature: `{kernel_signature(t)}`; returns what the reference returns.")
     lines.append(f"- Dtypes: {', '.join(_dtype_name(d) for d in t.dtypes)}; every dtype is judged on every shape.")
     lines.append(f"- Correctness: {_check_rule(t)}")
     held = t.shape_set(f.device).held_out
@@ -443,7 +443,7 @@ def _task(f: _Facts, max_lines: int | None, with_inputs: bool) -> str:
                  "geometric mean.")
     if t.source_path:
         lines.append(f"- Task file: {t.source_path}")
-    ref = _own_source(t.reference, t)
+    ref = reference_text(t)
     if ref is None and t.source_path and Path(t.source_path).is_file():
         ref = Path(t.source_path).read_text()  # e.g. a KernelBench problem: the Model is the reference
     lines += ["", "Reference (the judge runs it in float64 in its own process):", _code(ref or "(source not available)",
@@ -833,7 +833,7 @@ def _rules_levels(f: _Facts) -> list[Level]:
 def _rules(f: _Facts, full: bool) -> str:
     t = f.task
     lines = ["## Rules", "", "The candidate file:",
-             f"- A Python file defining `{_signature(t)}` (the reference's parameters, in order) that returns the "
+             f"- A Python file defining `{kernel_signature(t)}` (the reference's parameters, in order) that returns the "
              "reference's outputs: same structure, dtype, shape and device; plain dense tensors with their own "
              "storage." + (" Or a KernelBench `ModelNew` class with `Model`'s constructor and forward."
                            if _is_kernelbench(t) else ""),
@@ -884,14 +884,33 @@ def _is_kernelbench(task: Task) -> bool:
     return getattr(task.reference, "__module__", "") == "ratchet.kernelbench"
 
 
-def _signature(task: Task) -> str:
+def kernel_signature(task: Task) -> str:
+    """``kernel(a, b, ...)`` with the reference's parameters (a module task's own names, where its
+    reference takes ``*arguments``)."""
+    from ratchet.e2e.models.module_route import kernel_parameters, loaded_module_task
+
     if _is_kernelbench(task):
         return "kernel(*get_inputs())"  # or a KernelBench ModelNew with Model's constructor and forward
+    module_task = loaded_module_task(task)
+    if module_task is not None:
+        return f"kernel({', '.join(kernel_parameters(module_task._SPEC))})"
     try:
         params = ", ".join(inspect.signature(task.reference).parameters)
     except (TypeError, ValueError):
         params = "..."
     return f"kernel({params})"
+
+
+def reference_text(task: Task) -> str | None:
+    """What the reference computes, as code an agent can read: its own source in the task's file; for a
+    module task the file's docstring, which quotes the module's forwards (its reference only calls it)."""
+    from ratchet.e2e.models.module_route import loaded_module_task
+
+    module_task = loaded_module_task(task)
+    if module_task is not None and module_task.__doc__:
+        source = _own_source(task.reference, task) or ""
+        return f'"""{module_task.__doc__.strip()}"""\n\n{source}'.rstrip()
+    return _own_source(task.reference, task)
 
 
 def _own_source(fn: Any, task: Task) -> str | None:

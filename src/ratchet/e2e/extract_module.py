@@ -12,9 +12,9 @@ or Gemma's GELU MLP), write ``DIR/<model>_<Class>/``:
   dimensions named, scaled down for the CPU set), then its parameters and floating buffers; the
   weights are drawn from the generator with the mean and spread of the model's own.
 - ``seeds/torch_reference.py``: the same module call as a candidate (config inline), the baseline.
-The cost model: bytes of the inputs, the parameters (of a stack of experts, one expert: a call need
-not read the others) and the outputs; FLOPs counted by ``FlopCounterMode`` on the reference at each
-public shape. Each file is checked before it is kept: its reference must equal the profiled module's
+The cost model: bytes of the inputs, the parameters (of a stack of experts, the router's top-k: a
+call need not read the experts no token reaches) and the outputs; FLOPs counted by ``FlopCounterMode``
+on the reference at each public shape. Each file is checked before it is kept: its reference must equal the profiled module's
 own forward on the same inputs and weights.
 """
 
@@ -25,6 +25,7 @@ import json
 import math
 import shutil
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +33,8 @@ import torch
 from torch import nn
 
 from ratchet.e2e.extract import SHAPE_TABLES, Extracted, _stem, _wrap
-from ratchet.e2e.models.module_route import call_arguments
+from ratchet.e2e.models.module_route import call_arguments, kernel_parameters
+from ratchet.e2e.narrow import NARROW_ABOVE_BYTES, narrowed_config, narrowed_inputs, narrowed_sizes
 from ratchet.e2e.module_times import ArgSpec, CallSpec, layer_of
 from ratchet.e2e.profile import PHASE_WEIGHTS, Profile, dtype_name
 
@@ -242,9 +244,13 @@ def _extract_one(profile: Profile, entry, records, folder: Path, name: str, forc
         "inputs": [_input_spec(a, lay, dtype) for a, lay in zip(calls[0][1].args, layout)],
         "weights": [(n, list(t.shape), "task" if dtype_name(t.dtype) == dtype else dtype_name(t.dtype), *_stats(t))
                     for n, t in weights],
-        "param_floor": _param_floor(weights, dtype),
+        "param_floor": _param_floor(weights, dtype, _experts_per_token(module)),
     }
     config_json = config.to_json_string(use_diff=False) if config is not None else None
+    narrow = _narrow_spec(module, config, config_json, init, spec, dtype)
+    if narrow is not None:
+        spec["narrow"] = narrow
+        cpu = [{**s, "W": narrow["W"]} for s in cpu]
     task_path, seed_path = folder / "task.py", folder / "seeds" / "torch_reference.py"
     written = force or not task_path.exists()
     if not written:
@@ -253,10 +259,24 @@ def _extract_one(profile: Profile, entry, records, folder: Path, name: str, forc
     seed_path.parent.mkdir(parents=True, exist_ok=True)
     if config_json is not None:
         (folder / "config.json").write_text(config_json)
+    try:
+        return _write_and_check(profile, entry, module, folder, name, dtype, names, public, cpu, weight_of, spec,
+                                config_json, task_path, seed_path)
+    except _NarrowFails:
+        del spec["narrow"]
+        cpu = [{k: v for k, v in s.items() if k != "W"} for s in cpu]
+        return _write_and_check(profile, entry, module, folder, name, dtype, names, public, cpu, weight_of, spec,
+                                config_json, task_path, seed_path)
+
+
+def _write_and_check(profile, entry, module, folder, name, dtype, names, public, cpu, weight_of, spec, config_json,
+                     task_path, seed_path) -> Extracted:
+    """Write the task and its seed, check them against the profiled module, then write the task again with
+    the costs counted; the first reference dtype (float64 for fp32, else float32) the module runs in."""
     costs = {}
     for reference_dtype in (("float64", "float32") if dtype == "float32" else ("float32",)):
         text = dict(profile=profile, entry=entry, name=name, dtype=dtype, public=public, cpu=cpu,
-                    forward=_forward_source(module),
+                    forward=_forward_source(module) + _constants_text(module),
                     weights={tuple(s[d] for d in names): round(max(weight_of[tuple(s[d] for d in names)], 1e-6), 6)
                              for s in public + cpu}, spec=spec, reference_dtype=reference_dtype, costs=costs)
         task_path.write_text(_task_source(**text))
@@ -275,6 +295,41 @@ def _extract_one(profile: Profile, entry, records, folder: Path, name: str, forc
     raise ModuleExtractError("its forward runs in neither float64 nor float32")
 
 
+def _narrow_spec(module: nn.Module, config, config_json: str | None, init: dict, spec: dict,
+                 dtype: str) -> dict | None:
+    """The call spec of the module built at narrow widths (``ratchet.e2e.narrow``), for the CPU set, when
+    its weights pass NARROW_ABOVE_BYTES and it has a transformers config; else None."""
+    if config_json is None or "config" not in init:
+        return None
+    elt = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    if sum(math.prod(shape) * elt for _n, shape, *_ in spec["weights"]) < NARROW_ABOVE_BYTES:
+        return None
+    full = json.loads(config_json)
+    overrides = narrowed_config(full)
+    if "hidden_size" not in overrides:
+        return None
+    config = type(config).from_dict({**full, **overrides})
+    for attr, value in spec.get("implementations", {}).items():
+        setattr(config, attr, value)
+    try:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            small = type(module)(**{**init, "config": config})
+    except Exception:  # the cut widths do not fit this class: the CPU set keeps the model's widths
+        return None
+    full_weights = {n: (kind, mean, std) for n, _shape, kind, mean, std in spec["weights"]}
+    small_weights = _weights(small)
+    if [n for n, _t in small_weights] != list(full_weights):
+        return None
+    weights = [(n, list(t.shape), *full_weights[n]) for n, t in small_weights]  # the model's kinds and spreads
+    if [w[1] for w in weights] == [w[1] for w in spec["weights"]]:
+        return None  # nothing to gain, and the reference tells the widths apart by its weights' shapes
+    real = [(n, torch.empty(shape, device="meta", dtype=getattr(torch, dtype if kind == "task" else kind)))
+            for n, shape, kind, *_ in weights]
+    return {"W": overrides["hidden_size"], "config": overrides,
+            "inputs": narrowed_inputs(spec["inputs"], narrowed_sizes(full, overrides), overrides.get("vocab_size")),
+            "weights": weights, "param_floor": _param_floor(real, dtype, _experts_per_token(module))}
+
+
 def _input_spec(a: ArgSpec, layout, dtype: str) -> dict:
     if a.kind == "const":
         return {"key": a.key, "const": a.value}
@@ -285,12 +340,29 @@ def _input_spec(a: ArgSpec, layout, dtype: str) -> dict:
     return out
 
 
-def _param_floor(weights, dtype: str) -> int:
+_TOP_K_NAMES = ("top_k", "num_experts_per_tok")  # the router's experts per token, as transformers names it
+
+
+def _experts_per_token(module: nn.Module) -> int:
+    """How many distinct experts a single token reaches: the router's ``top_k`` (or the config's
+    ``num_experts_per_tok``) found on the module or a child; 1 when none is found."""
+    found = [getattr(m, n) for m in module.modules() for n in _TOP_K_NAMES
+             if isinstance(getattr(m, n, None), int) and not isinstance(getattr(m, n), bool)]
+    config = getattr(module, "config", None)
+    found += [getattr(config, n) for n in _TOP_K_NAMES if isinstance(getattr(config, n, None), int)]
+    return max([k for k in found if k > 0], default=1)
+
+
+def _param_floor(weights, dtype: str, experts_per_token: int = 1) -> int:
     """Bytes of weights any call must read: every parameter, but of a stack of 3 or more dims (experts)
-    one slice only (a call need not read the experts no row reaches)."""
+    only the slices one token reaches (its router's top-k are distinct experts; a call need not read the
+    experts no row reaches): for Qwen3-MoE's block 8 of 128, 8x the single slice this counted before."""
     total = 0
     for _name, t in weights:
-        count = t.numel() // t.shape[0] if t.dim() >= 3 and t.shape[0] else t.numel()
+        if t.dim() >= 3 and t.shape[0]:
+            count = t.numel() // t.shape[0] * min(experts_per_token, t.shape[0])
+        else:
+            count = t.numel()
         elt = torch.empty((), dtype=getattr(torch, dtype) if dtype_name(t.dtype) == dtype else t.dtype).element_size()
         total += count * elt
     return total
@@ -298,6 +370,11 @@ def _param_floor(weights, dtype: str) -> int:
 
 class _ReferenceDtype(Exception):
     pass
+
+
+class _NarrowFails(Exception):
+    """The narrowed module does not run (its config's widths do not fit together): the CPU set keeps the
+    model's widths."""
 
 
 def _check_and_count(task_path: Path, module: nn.Module, spec: dict, shapes: list, dtype: str,
@@ -317,7 +394,7 @@ def _check_and_count(task_path: Path, module: nn.Module, spec: dict, shapes: lis
     torch_dtype = getattr(torch, dtype)
     dev = next(module.parameters()).device if any(True for _ in module.parameters()) else torch.device(device)
     n_in = sum(1 for i in spec["inputs"] if "const" not in i)
-    shape = task.cpu.public[0]
+    shape = {k: v for k, v in task.cpu.public[0].items() if k != "W"}  # the model's own widths
     inputs = task.make_inputs(shape, torch_dtype, str(dev), torch.Generator(device=dev).manual_seed(0))
     with torch.no_grad():
         try:
@@ -341,20 +418,29 @@ def _check_and_count(task_path: Path, module: nn.Module, spec: dict, shapes: lis
             task.reference(*upcast)
     except Exception:
         raise _ReferenceDtype() from None
+    if "narrow" in spec:  # the narrowed module runs at the CPU set's shape, at the task's dtype and upcast
+        narrow = task.make_inputs(task.cpu.public[0], torch_dtype, "cpu", torch.Generator().manual_seed(0))
+        try:
+            with torch.no_grad():
+                for args in (narrow, tuple(x.to(getattr(torch, reference_dtype)) if x.is_floating_point() else x
+                                           for x in narrow)):
+                    task.reference(*args)
+        except Exception as exc:
+            raise _NarrowFails(f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
     costs = {}
     for s in shapes:
         inputs = task.make_inputs(s, torch_dtype, str(dev), torch.Generator(device=dev).manual_seed(1))
         counter = FlopCounterMode(display=False)
         with torch.no_grad(), counter:
             outs = _tensors(task.reference(*inputs))
-        key = tuple(s[d] for d in spec["names"])
+        key = tuple(s[d] for d in spec["names"]) + ((s["W"],) if "W" in s else ())
         costs[key] = (sum(o.numel() * o.element_size() for o in outs), int(counter.get_total_flops()))
     return costs
 
 
 def _module_for_check(task) -> nn.Module:
     built = sys.modules[task.reference.__module__]._BUILT
-    return next(iter(built.values()))
+    return next(m for (_device, narrow), m in built.items() if not narrow)
 
 
 def _constants_differ(rebuilt: nn.Module, original: nn.Module) -> str | None:
@@ -408,14 +494,18 @@ def _import(source):
 _BUILT = {}
 
 
-def _module(device):
-    """The model's module class, built once per device from the config with weights from a fixed seed
-    (every weight is replaced by the call's arguments)."""
-    key = str(device)
+def _module(device, narrow=False):
+    """The model's module class, built once per device (and width: the model's own, or narrowed for the
+    CPU set) from the config with weights from a fixed seed (every weight is replaced by the call's
+    arguments)."""
+    key = (str(device), narrow)
     if key not in _BUILT:
         kwargs = dict(_SPEC["init"])
         if "config" in kwargs:
-            kwargs["config"] = _import(_SPEC["config_source"]).from_dict(_config_dict())
+            config = _config_dict()
+            if narrow:
+                config.update(_SPEC["narrow"]["config"])
+            kwargs["config"] = _import(_SPEC["config_source"]).from_dict(config)
             # The experts and attention implementations the model's modules ran (not in config.json).
             for attr, value in _SPEC.get("implementations", {}).items():
                 setattr(kwargs["config"], attr, value)
@@ -459,7 +549,8 @@ def _run(*arguments):
     baseline every speedup is measured against."""
     n_in = sum(1 for item in _SPEC["inputs"] if "const" not in item)
     tensors, weights = list(arguments[:n_in]), arguments[n_in:]
-    module = _module(arguments[0].device)
+    narrow = "narrow" in _SPEC and [list(w.shape) for w in weights] == [w[1] for w in _SPEC["narrow"]["weights"]]
+    module = _module(arguments[0].device, narrow)
     for (slot, leaf), weight in zip(_slots(module), weights):
         slot[leaf] = weight
     args, kwargs = [], {}
@@ -509,9 +600,15 @@ def _dtype(kind, dtype):
     return dtype if kind == "task" else getattr(torch, kind)
 
 
+def _at_width(shape):
+    """The call spec at the shape's width: the model's own, or (W in the shape) the narrowed module's."""
+    return _SPEC["narrow"] if "W" in shape else _SPEC
+
+
 def make_inputs(shape, dtype, device, generator):
     out = []
-    for item in _SPEC["inputs"]:
+    spec = _at_width(shape)
+    for item in spec["inputs"]:
         if "const" in item:
             continue
         dims = [shape[d] if isinstance(d, str) else d for d in item["shape"]]
@@ -523,42 +620,47 @@ def make_inputs(shape, dtype, device, generator):
             out.append(torch.rand(dims, generator=generator, device=device) < 0.5)
         else:
             out.append(torch.randn(dims, generator=generator, device=device).to(kind))
-    for _name, dims, kind, mean, std in _SPEC["weights"]:
+    for _name, dims, kind, mean, std in spec["weights"]:
         w = torch.randn(dims, generator=generator, device=device) * std + mean
         out.append(w.to(_dtype(kind, dtype)))
     return tuple(out)
 
 
-# Per shape ($dims_text): output bytes and FLOPs (FlopCounterMode on the reference), measured when the file
-# was written; other shapes scale them per token.
+# Per shape ($dims_text, and W for a narrowed one): output bytes and FLOPs (FlopCounterMode on the
+# reference), measured when the file was written; other shapes scale them per token at their width.
 _COSTS = $costs
-_PARAM_FLOOR = $param_floor  # bytes of weights every call reads (of a stack of experts: one expert)
+# Bytes of weights every call reads (of a stack of experts: those one token reaches); a narrowed
+# module's are in _SPEC["narrow"].
+_PARAM_FLOOR = $param_floor
 
 
 def cost(shape, dtype):
-    key = tuple(shape[d] for d in $dims)
-    tokens = math.prod(key)
+    tokens_key = tuple(shape[d] for d in $dims)
+    key = tokens_key + ((shape["W"],) if "W" in shape else ())
+    tokens = math.prod(tokens_key)
     if key in _COSTS:
         out_bytes, flops = _COSTS[key]
     else:
-        per = [(b / math.prod(k), f / math.prod(k)) for k, (b, f) in _COSTS.items()] or [(0.0, 0.0)]
+        per = [(b / math.prod(k[:len(tokens_key)]), f / math.prod(k[:len(tokens_key)]))
+               for k, (b, f) in _COSTS.items() if len(k) == len(key)] or [(0.0, 0.0)]
         out_bytes, flops = min(p[0] for p in per) * tokens, min(p[1] for p in per) * tokens
-    moved = out_bytes + _PARAM_FLOOR
-    for item in _SPEC["inputs"]:
+    spec = _at_width(shape)
+    moved = out_bytes + (spec["param_floor"] if spec is not _SPEC else _PARAM_FLOOR)
+    for item in spec["inputs"]:
         if "const" not in item:
             dims = [shape[d] if isinstance(d, str) else d for d in item["shape"]]
             moved += tensor_bytes(dims, _dtype(item["dtype"], dtype))
     return Cost(bytes=moved, flops=float(flops))
 
 
-# As profiled, heaviest first; the CPU set scaled down to at most $cpu_tokens tokens a call.
+# As profiled, heaviest first; the CPU set scaled down to at most $cpu_tokens tokens a call.$cpu_width
 ''' + SHAPE_TABLES + '''
 
 TASK = Task(
     name=$name,
     reference=reference,
     make_inputs=make_inputs,
-    # Held out: other token counts (odd) with the module's own widths.
+    # Held out: other token counts (odd) with the module's own widths (the CPU set's at its W).
     gpu=ShapeSet(public=_GPU_SHAPES, held_out=ShapeRange($gpu_held, count=2)),
     cpu=ShapeSet(public=_CPU_SHAPES, held_out=ShapeRange($cpu_held, count=2)),
     dtypes=(torch.$dtype,),
@@ -602,8 +704,23 @@ def _substitute(template: str, **values) -> str:
 
 
 def _signature(spec: dict) -> str:
-    names = [(i["key"] or f"x{n}") for n, i in enumerate(spec["inputs"]) if "const" not in i]
-    return ", ".join(names + [w[0].replace(".", "_") for w in spec["weights"]])
+    return ", ".join(kernel_parameters(spec))
+
+
+def _constants_text(module: nn.Module) -> str:
+    """The module's and its children's plain settings (top-k, widths, flags, eps) as docstring lines: the
+    numbers its forward reads from ``self`` and a kernel must take as given; '' when it has none."""
+    lines = []
+    for path, sub in module.named_modules():
+        values = {k: v for k, v in vars(sub).items()
+                  if not k.startswith("_") and k != "training" and isinstance(v, (bool, int, float, str))}
+        if values:
+            lines += textwrap.wrap(f"{path or 'self'}: " + ", ".join(f"{k}={v!r}" for k, v in values.items()),
+                                   100, initial_indent="    ", subsequent_indent="        ")
+    if not lines:
+        return ""
+    text = "\n".join(lines).replace("\\", "\\\\").replace('"""', "'''")
+    return f"\n\nIts settings (self and its children, as the model built them):\n\n{text}"
 
 
 def _forward_source(module: nn.Module, most: int = 120) -> str:
@@ -638,10 +755,12 @@ def _task_source(profile, entry, name, dtype, public, cpu, weights, spec, refere
     atol, rtol = _TOLERANCES.get(dtype, (1e-3, 1e-3))
     gpu_held = {d: (1, max(max(s[d] for s in public), 2)) for d in names}
     cpu_held = {d: (1, max(max(s[d] for s in cpu), 2)) for d in names}
+    if "narrow" in spec:
+        cpu_held["W"] = [spec["narrow"]["W"]]
     description = (f"{klass} of {profile.workload} ({', '.join(entry.paths[:3])}"
                    f"{', ...' if len(entry.paths) > 3 else ''}) as the model runs it, {dtype}: the module's own "
                    f"forward on its profiled inputs with the weights as arguments. Any token count must work.")
-    chunks = __import__("textwrap").wrap(description, 96, drop_whitespace=False)
+    chunks = textwrap.wrap(description, 96, drop_whitespace=False)
     return _substitute(
         _TASK,
         title=_wrap(f"{profile.workload} ({profile.size}): the model's own {klass} ({len(entry.paths)} "
@@ -661,7 +780,10 @@ def _task_source(profile, entry, name, dtype, public, cpu, weights, spec, refere
                       if spec.get("implementations") else "")) + forward,
         spec=_pretty(spec), module_code=_MODULE_CODE,
         dims_text=", ".join(names), dims=repr(tuple(names)), costs=repr(costs), param_floor=spec["param_floor"],
-        cpu_tokens=CPU_TOKENS, gpu_shapes="\n".join(f"    {s!r}," for s in public),
+        cpu_tokens=CPU_TOKENS, cpu_width=(
+            f"\n# Its module is narrowed to hidden width W = {spec['narrow']['W']} (ratchet.e2e.narrow; the config's "
+            "overrides are in\n# _SPEC['narrow']): a kernel takes its widths from its arguments' shapes."
+            if "narrow" in spec else ""), gpu_shapes="\n".join(f"    {s!r}," for s in public),
         cpu_shapes="\n".join(f"    {s!r}," for s in cpu),
         weights="\n".join(f"    {k!r}: {v!r}," for k, v in weights.items()), name=repr(name),
         weight_note="the module's share of the model's steps (decode x 1, prefill x 0.5).",

@@ -60,6 +60,23 @@ def _module_spec(task_module) -> dict | None:
     return spec if isinstance(spec, dict) and {"source", "inputs", "weights"} <= set(spec) else None
 
 
+def kernel_parameters(spec: dict) -> list[str]:
+    """A module task's kernel parameters, in order: the module's tensor inputs (keyword names, else x0,
+    x1, ...), then its weights (dots as underscores)."""
+    names = [(i["key"] or f"x{n}") for n, i in enumerate(spec["inputs"]) if "const" not in i]
+    return names + [w[0].replace(".", "_") for w in spec["weights"]]
+
+
+def loaded_module_task(task):
+    """The loaded file of ``task`` when it is a module task (its reference runs a model's module), else
+    None: its docstring holds the module's math, which the reference's own body (``_run(*arguments)``)
+    does not show."""
+    import sys
+
+    module = sys.modules.get(getattr(task.reference, "__module__", "") or "")
+    return module if module is not None and _module_spec(module) is not None else None
+
+
 def is_module_task(task_path: str | Path | None) -> bool:
     """Whether ``task_path`` is a task file written by ``extract_module`` (a whole module as one op)."""
     if not task_path or not Path(task_path).is_file():
