@@ -207,9 +207,16 @@ def test_a_module_with_no_task_is_planned_run_and_gated_as_its_modules(tmp_path)
     1.0x, so on a CPU it is either no win (not gated) or gated against the model's own MLPs."""
     model = families.write("gemma", tmp_path / "gemma")
     ledger = tmp_path / "l.sqlite"
-    proc = _ratchet("optimize", str(model), "--device", "cpu", "--budget", "1", "--ops", "GemmaMLP", "--contexts",
-                    "64", "--batches", "1", "--prefill", "1x16", "--json", "--ledger", str(ledger))
+    # The user's own kernel for the module (an agent's, say) is judged first: with one attempt, it is the one.
+    mine = tmp_path / "my_mlp.py"
+    mine.write_text("import torch.nn.functional as F\n\n\ndef kernel(x0, gate, up, down):\n"
+                    "    return F.linear(F.gelu(F.linear(x0, gate), approximate='tanh') * F.linear(x0, up), down)\n")
+    grid = ("--device", "cpu", "--budget", "1", "--contexts", "64", "--batches", "1", "--prefill", "1x16")
+    proc = _ratchet("optimize", str(model), *grid, "--ops", "GemmaMLP", "--seed", f"GemmaMLP={mine}", "--json",
+                    "--ledger", str(ledger))
     summary = json.loads(proc.stdout)
+    with sqlite3.connect(ledger) as db:
+        assert db.execute("SELECT candidate_path FROM attempts").fetchall() == [(str(mine),)]
     (op,) = summary["ops"]
     assert op["kind"] == "module" and op["op"].endswith("_GemmaMLP") and op["status"] == "done"
     assert op["attempts"] == 1 and op["best_speedup"] > 0
@@ -231,6 +238,13 @@ def test_a_module_with_no_task_is_planned_run_and_gated_as_its_modules(tmp_path)
         assert summary["measured_speedup"] is None and "nothing to stack" in summary["stack"]["detail"]
     else:
         assert summary["measured_speedup"] > 0
+    # A file for an op the model does not run: one line, after the profile, and no run is made for it.
+    proc = _ratchet("optimize", str(model), *grid, "--seed", f"NoSuchMLP={mine}", "--ledger", str(ledger),
+                    check=False)
+    assert proc.returncode == 2 and "--seed NoSuchMLP=" in proc.stderr and "runs no op named 'NoSuchMLP'" in \
+        proc.stderr and "GemmaMLP" in proc.stderr, proc.stderr
+    with sqlite3.connect(ledger) as db:
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone() == (1,)
 
 
 def test_bad_optimize_and_export_input_is_one_line(tmp_path):
@@ -242,6 +256,11 @@ def test_bad_optimize_and_export_input_is_one_line(tmp_path):
                         (["optimize", "--device", "cpu", "--ledger", ledger], "MODEL or --resume"),
                         # refused before the campaign is recorded: one line, no "campaign ... started"
                         (["optimize", '{"BLOCK": 1}', "--device", "cpu", "--ledger", ledger], "is not a function name"),
+                        (["optimize", "llama", "--seed", "rmsnorm", "--ledger", ledger], "expected OP=FILE"),
+                        (["optimize", "llama", "--seed", f"rmsnorm={tmp_path}/none.py", "--ledger", ledger],
+                         "--seed rmsnorm="),
+                        (["optimize", "--resume", "c00000000", "--seed", "a=b.py", "--ledger", ledger],
+                         "--seed is for a new campaign"),
                         (["export", "r00000000", "-o", str(tmp_path / "o"), "--ledger", ledger], "unknown run")):
         proc = _ratchet(*argv, check=False, timeout=300)
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -32,6 +32,9 @@ def register(sub, parser_class) -> None:
     p.add_argument("--ops", metavar="LIST", help="only these ops: task names (rmsnorm, decode_attention, ...), "
                    "extracted families (linear, grouped_mm, prefill_attention, bmm) or the classes of the model's "
                    "modules with no task (GemmaMLP, Qwen3MoeSparseMoeBlock; `ratchet profile MODEL` lists them)")
+    p.add_argument("--seed", action="append", default=[], metavar="OP=FILE",
+                   help="a candidate file of your own (an agent's kernel) for op OP (named as --ops names it), "
+                        "judged first in its run, beside the op's seeds or plain-torch start; repeatable")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if present, else cpu")
     p.add_argument("--size", choices=["full", "tiny"], help="built-in workloads' size (default: full on cuda, tiny "
                    "on cpu)")
@@ -54,6 +57,8 @@ def cmd_optimize(args) -> int:
 
     if bool(args.resume) == bool(args.model):
         raise UsageError("give either MODEL or --resume CAMPAIGN")
+    if args.resume and args.seed:
+        raise UsageError("--seed is for a new campaign: a resumed one keeps the files it started with")
     if args.budget is not None and args.budget < 1:
         raise UsageError("--budget must be at least 1")
     if args.no_ncu:
@@ -80,7 +85,7 @@ def cmd_optimize(args) -> int:
                     proposer=args.proposer, contexts=parse_ints(args.contexts, "--contexts"),
                     batches=parse_ints(args.batches, "--batches"), prefill=parse_prefill(args.prefill),
                     ops=tuple(o.strip() for o in args.ops.split(",") if o.strip()) if args.ops else None,
-                    profile=profile, llm=llm, **({"executor": choice.kind, "address": choice.address}
+                    profile=profile, llm=llm, seeds=_user_seeds(args.seed), **({"executor": choice.kind, "address": choice.address}
                                                  if choice is not None else {}))
                 cid = start_campaign(ledger, request)
                 console.print(f"campaign {cid} started: {args.model} on {device}; resume with "
@@ -96,3 +101,21 @@ def cmd_optimize(args) -> int:
     if args.json:
         print(json.dumps(summary, default=str))
     return 0
+
+
+def _user_seeds(given: list[str]) -> tuple[tuple[str, str], ...]:
+    """--seed OP=FILE values as (op, absolute path), each file checked to load as a candidate."""
+    from ratchet.candidate import CandidateError, load_candidate
+    from ratchet.cli.common import UsageError
+
+    out = []
+    for item in given:
+        op, sep, path = item.partition("=")
+        if not sep or not op.strip() or not path.strip():
+            raise UsageError(f"--seed {item}: expected OP=FILE, e.g. Qwen3MoeSparseMoeBlock=moe.py")
+        try:
+            load_candidate(path.strip())
+        except CandidateError as exc:
+            raise UsageError(f"--seed {item}: {exc}") from None
+        out.append((op.strip(), str(os.path.abspath(path.strip()))))
+    return tuple(out)

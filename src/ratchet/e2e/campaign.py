@@ -67,6 +67,9 @@ class CampaignRequest:
     batches: tuple[int, ...] | None = None
     prefill: tuple[tuple[int, int], ...] | None = None
     ops: tuple[str, ...] | None = None  # only these: task names, extracted families ("linear"), module classes
+    # (op, file): the user's own candidate files (an agent's kernel, say), judged first in that op's run
+    # beside its seeds; op as --ops names it
+    seeds: tuple[tuple[str, str], ...] = ()
     profile: dict = field(default_factory=dict)  # batch, context, prefill, steps for the profile
     llm: dict | None = None  # LLMSettings as a dict, with proposer "llm"
     executor: str = "local"  # where the runs' evaluations go: "local" or "ray" (docs/scale.md)
@@ -137,7 +140,8 @@ class Campaign:
         row = store.get_campaign(ledger, cid)
         self.request = CampaignRequest(**{**row["options"],
                                           **{k: _tuple(row["options"].get(k)) for k in ("contexts", "batches", "ops")},
-                                          "prefill": _pairs(row["options"].get("prefill"))})
+                                          "prefill": _pairs(row["options"].get("prefill")),
+                                          "seeds": _pairs(row["options"].get("seeds")) or ()})
         self.state: dict[str, Any] = row["state"]
         self.started = time.monotonic()
 
@@ -213,6 +217,13 @@ class Campaign:
                                     "family": ranked.name.rsplit(".", 1)[-1], "score": ranked.score,
                                     "decode_share": ranked.uncovered_shares.get("decode", 0.0),
                                     "module_share": ranked.shares.get("decode", 0.0)})
+        for op, path in r.seeds:  # the user's files come first: the run judges them before its own seeds
+            matched = [e for e in entries if op in (e["op"], e.get("family"))]
+            if not matched:
+                raise CampaignError(f"--seed {op}={path}: {r.model} runs no op named {op!r} (ops: "
+                                    f"{', '.join(sorted({e.get('family') or e['op'] for e in entries}))})")
+            for e in matched:
+                e["starts"] = [*e.get("starts", []), path]
         if r.ops:  # asked for by name: taken whatever their share
             entries = [e for e in entries if e["op"] in r.ops or e.get("family") in r.ops]
             if not entries:
@@ -287,12 +298,15 @@ class Campaign:
 
     def _create_run(self, planned: dict) -> str:
         from ratchet.e2e.gate import device_name
+        from ratchet.candidate import load_candidate
         from ratchet.run.loop import load_seeds
         from ratchet.task import load_task
 
         r = self.request
         task = load_task(planned["task"])
-        seeds = load_seeds(task, list(planned["seeds"]), r.device)
+        # load_seeds(task, []) is the task's own seeds; the user's files go before them
+        seeds = [load_candidate(path) for path in planned.get("starts", [])] + load_seeds(
+            task, list(planned["seeds"]), r.device)
         if not seeds:
             raise CampaignError(f"task '{task.name}' has no seeds for {r.device}")
         from ratchet.run.executor import ExecutorChoice
