@@ -425,7 +425,7 @@ def _family_text(family, profile, dtype, public, cpu) -> dict:
 
     if family == "linear":
         return dict(
-            title=f"{wl} ({profile.size}): the GEMMs the model runs as F.linear, out [M, N] = x [M, K] @ w [N, K]^T, "
+            title=f"{workload_label(profile)[0]}: the GEMMs the model runs as F.linear, out [M, N] = x [M, K] @ w [N, K]^T, "
                   f"{dtype}.", body=_LINEAR,
             held_out_note="Held out: odd M (partial tiles) with the model's own N and K.",
             gpu_held={"M": upto("M"), "N": values("N"), "K": values("K")},
@@ -435,7 +435,7 @@ def _family_text(family, profile, dtype, public, cpu) -> dict:
                         "skinny, memory-bound on reading w. Any M, N, K must work.")
     if family == "bmm":
         return dict(
-            title=f"{wl} ({profile.size}): the batched GEMMs the model runs as torch.bmm, out [G, M, N] = "
+            title=f"{workload_label(profile)[0]}: the batched GEMMs the model runs as torch.bmm, out [G, M, N] = "
                   f"a [G, M, K] @ b [G, K, N], {dtype}.", body=_BMM,
             held_out_note="Held out: odd M with the model's own G, N and K.",
             gpu_held={"G": values("G"), "M": upto("M"), "N": values("N"), "K": values("K")},
@@ -446,7 +446,7 @@ def _family_text(family, profile, dtype, public, cpu) -> dict:
         first, small = public[0], cpu[0]
         heads = ("Hq", "Hkv", "D", "Dv")
         return dict(
-            title=f"{wl} ({profile.size}): causal prefill attention as the model runs it "
+            title=f"{workload_label(profile)[0]}: causal prefill attention as the model runs it "
                   f"(F.scaled_dot_product_attention), {dtype}.", body=_SDPA,
             held_out_note="Held out: odd prompt lengths and batches with the model's own heads.",
             gpu_held={"B": (1, 2), **{h: [first[h]] for h in heads}, "S": upto("S", 1 << 20)},
@@ -456,7 +456,7 @@ def _family_text(family, profile, dtype, public, cpu) -> dict:
                         "out [B, Hq, S, Dv] = softmax(q k^T / sqrt(D), causal) v with fp32 softmax and "
                         "accumulation.")
     return dict(
-        title=f"{wl} ({profile.size}): the MoE experts' grouped GEMM as the model runs it (torch's grouped_mm "
+        title=f"{workload_label(profile)[0]}: the MoE experts' grouped GEMM as the model runs it (torch's grouped_mm "
               f"over token-slots sorted by expert), {dtype}.", body=_GROUPED,
         extra="On the GPU set E is cut to at most R experts (R rows touch no more) and to 2 GiB of expert "
               "weights per call, so the judge's copies of b fit on one GPU; R, K and N are as profiled.",
@@ -479,6 +479,16 @@ def _tolerances(dtype: str, attention: bool) -> str:
     return "{torch.float32: Tolerance(atol=1e-5, rtol=1e-5)}"
 
 
+def workload_label(profile) -> tuple[str, str]:
+    """(the workload as a title names it, the ``ratchet profile`` flags that wrote it): ``--size`` only for
+    a built-in workload (a transformers config or a user's module says its own widths)."""
+    from ratchet.e2e.models import kind_of
+
+    if kind_of(profile.workload) == "builtin":
+        return f"{profile.workload} ({profile.size})", f"{profile.workload} --size {profile.size}"
+    return profile.workload, profile.workload
+
+
 def _wrap(text: str, width: int = 104) -> str:
     return "\n".join(textwrap.wrap(text, width))
 
@@ -489,7 +499,7 @@ def _task_source(profile, family, name, dtype, public, cpu, weights) -> str:
     setting = "; ".join(f"{p.name}: {', '.join(f'{k} {v}' for k, v in p.setting.items())}" for p in profile.phases)
     preamble = _PREAMBLE.substitute(
         title=_wrap(text["title"]),
-        about=_wrap(f"Extracted by `ratchet profile {profile.workload} --size {profile.size} --device "
+        about=_wrap(f"Extracted by `ratchet profile {workload_label(profile)[1]} --device "
                     f"{profile.device} --extract` ({setting}). The public shapes are the ones that workload ran; "
                     "each weighs its share of the steps (decode x 1, prefill x 0.5). The CPU set is scaled down "
                     "from them."),

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ratchet.e2e.extract import SHAPE_TABLES, Extracted, _stem, _wrap
+from ratchet.e2e.extract import SHAPE_TABLES, Extracted, _stem, _wrap, workload_label
 from ratchet.e2e.models.module_route import call_arguments, kernel_parameters
 from ratchet.e2e.narrow import NARROW_ABOVE_BYTES, narrowed_config, narrowed_inputs, narrowed_sizes
 from ratchet.e2e.module_times import ArgSpec, CallSpec, layer_of
@@ -763,9 +763,9 @@ def _task_source(profile, entry, name, dtype, public, cpu, weights, spec, refere
     chunks = textwrap.wrap(description, 96, drop_whitespace=False)
     return _substitute(
         _TASK,
-        title=_wrap(f"{profile.workload} ({profile.size}): the model's own {klass} ({len(entry.paths)} "
+        title=_wrap(f"{workload_label(profile)[0]}: the model's own {klass} ({len(entry.paths)} "
                     f"instance{'s' if len(entry.paths) != 1 else ''}), {dtype}."),
-        about=_wrap(f"Extracted by `ratchet profile {profile.workload} --size {profile.size} --device "
+        about=_wrap(f"Extracted by `ratchet profile {workload_label(profile)[1]} --device "
                     f"{profile.device} --extract` ({setting}): it took {shares} of the steps, running ops no "
                     "built-in task or op extractor covers. The public shapes are the calls profiled; the CPU set "
                     "is scaled down from them."),
