@@ -402,3 +402,38 @@ def test_the_stack_leaves_out_failed_gates_and_changed_bests(lab, tmp_path):
     assert f"+ rmsnorm ({lab.good} #1)" in out and "= whole stack" in out
     code, out, err = cli("stack", "llama", "r00000000", "--device", "cpu", "--ledger", str(lab.path))
     assert code == 2 and "unknown run" in err
+
+
+def test_a_sliding_window_model_gates_past_its_window(lab, tmp_path):
+    """Gemma-2's sliding layers hold 4 positions here; the gate decodes at 64, beyond them: the kernel
+    passes where the decode step used to write past the window."""
+    from ratchet.e2e.models import families
+
+    model = families.write("gemma2", tmp_path / "gemma2")
+    code, out, err = cli("gate", lab.good, "--workload", str(model), "--contexts", "64", "--batches", "2",
+                         "--prefill", "1x16", "--json", "--ledger", str(lab.path))
+    result = json.loads(out)
+    assert code == 0 and result["verdict"] == "pass", (result, err)
+    assert [(s["kind"], s["batch"], s["length"], s["verdict"]) for s in result["settings"]] == [
+        ("decode", 2, 64, "pass"), ("prefill", 1, 16, "pass")]
+
+
+def test_a_model_that_fails_in_the_gate_is_one_line(lab, tmp_path, monkeypatch):
+    from ratchet.e2e.models import families
+    from ratchet.e2e.models.hf import HFDecoder
+
+    step = HFDecoder.decode_step
+
+    def broken(self, tokens, cache):  # as transformers' cache broke beyond a sliding window
+        if int(cache.seq_lens[0]) >= 64:
+            raise IndexError("index 64 is out of bounds for dimension 2 with size 64")
+        return step(self, tokens, cache)
+
+    monkeypatch.setattr(HFDecoder, "decode_step", broken)
+    model = families.write("qwen3", tmp_path / "qwen3")
+    code, out, err = cli("gate", lab.good, "--workload", str(model), "--contexts", "64", "--batches", "1",
+                         "--prefill", "none", "--ledger", str(lab.path))
+    errors = [line for line in err.splitlines() if line.startswith("ratchet: error:")]
+    assert code == 2 and out == "" and len(errors) == 1 and "Traceback" not in err
+    assert "at decode B=1 length 64: IndexError: index 64 is out of bounds" in errors[0]
+    assert "test_gate_stack.py" in errors[0]  # where it was raised

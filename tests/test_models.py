@@ -75,6 +75,47 @@ def test_every_family_is_adapted_and_decodes_the_unadapted_logits(family):
         torch.testing.assert_close(model(input_ids=tokens).logits, want, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("family", families.CACHE_LAYOUTS)
+@pytest.mark.parametrize("prefill", [2, 6])
+def test_sliding_windows_and_linear_attention_decode_the_unadapted_logits(family, prefill):
+    """Decoding past a 4-position window (and a prefill longer than it), and through gated delta nets'
+    conv and recurrent states, gives the logits of the whole sequence at once."""
+    model, plain = _pair(family)
+    decoder = wrap(model, OpRegistry())
+    tokens = torch.randint(0, 256, (2, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = plain(input_ids=tokens).logits.float()
+    cache = decoder.new_cache(2, 10)
+    assert cache.max_len == 64  # the cache's own length, whatever a sliding layer holds
+    got = [decoder.prefill(tokens[:, :prefill], cache)]
+    got += [decoder.decode_step(tokens[:, i].clone(), cache) for i in range(prefill, 9)]
+    assert cache.seq_lens.tolist() == [9, 9] and cache.host_len == 9
+    for position, logits in enumerate(got, start=prefill - 1):
+        torch.testing.assert_close(logits, want[:, position], atol=2e-5, rtol=1e-4)
+    # A second prefill starts every state afresh: the same logits again.
+    torch.testing.assert_close(decoder.prefill(tokens[:, :prefill], cache), got[0], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("family", families.CACHE_LAYOUTS)
+def test_decode_after_a_random_fill_past_the_window(family):
+    """The gate fills the cache at a context without prefilling it: a sliding layer then rolls its full
+    window, a linear layer steps its states, and the KVCache view holds the attention layers only."""
+    from ratchet.e2e.workloads.runner import fill_random
+
+    model, _ = _pair(family)
+    decoder = wrap(model, OpRegistry())
+    cache = decoder.new_cache(2, 32)
+    attention = sum(1 for t in model.config.layer_types if t != "linear_attention")
+    assert len(cache.layers) == attention
+    fill_random(decoder, cache, 20)
+    first = decoder.decode_step(torch.tensor([3, 5]), cache)
+    second = decoder.decode_step(torch.tensor([7, 9]), cache)
+    assert cache.seq_lens.tolist() == [22, 22] and torch.isfinite(first).all() and torch.isfinite(second).all()
+    for layer in cache.static.layers:
+        if hasattr(layer, "cumulative_length_int"):  # a sliding window: full, so every step rolled it
+            assert layer.cumulative_length_int == 22 and layer.keys.shape[2] == 4
+
+
 def test_a_swapped_op_runs_what_the_registry_holds():
     """The registry is really in the path: a kernel that doubles rmsnorm's output changes the logits,
     and setting the reference back restores them."""
@@ -239,6 +280,26 @@ def test_every_family_profiles_with_its_ops_mapped_to_tasks(family, tmp_path):
     assert "aten::linear" in {r.name for r in prof.no_task}  # the GEMMs: extractable, no built-in task
 
 
+def test_profile_names_the_modules_no_task_can_be_made_of(tmp_path, capsys):
+    """Qwen3-Next's gated delta nets run most of its step in ops no task covers, and their forward takes
+    the cache: the profile says so, for them and not for the decoder layers around them."""
+    from ratchet.cli import main
+    from ratchet.e2e.profile import profile_workload
+
+    folder = families.write("qwen3_next", tmp_path / "qwen3_next")
+    prof = profile_workload(str(folder), "tiny", "cpu", batch=1, context=8, prefill_len=8, steps=1)
+    named = {name.rsplit(".", 1)[-1]: (paths, score, why) for name, paths, score, why in prof.modules_not_remade}
+    assert set(named) == {"Qwen3NextGatedDeltaNet"}, named
+    paths, score, why = named["Qwen3NextGatedDeltaNet"]
+    assert paths == tuple(f"model.layers.{i}.linear_attn" for i in range(3))
+    assert score > 0.05 and re.fullmatch(r"takes a \w*Cache \(\w+\)", why), why
+    chosen = {m.name.rsplit(".", 1)[-1] for m in prof.modules_no_task}
+    assert "Qwen3NextSparseMoeBlock" in chosen and not chosen & set(named)
+    assert main(["profile", str(folder), "--device", "cpu", "--steps", "1", "--batch", "1", "--context", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "Modules no task can be made of" in out and f"its forward {why}" in out
+
+
 def test_profile_cli_on_a_forward_only_module(tmp_path, capsys):
     from ratchet.cli import main
 
@@ -268,7 +329,7 @@ def test_profile_cli_on_a_forward_only_module(tmp_path, capsys):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("family", ["llama", "qwen3_moe", "deepseek_v3"])
+@pytest.mark.parametrize("family", ["llama", "qwen3_moe", "deepseek_v3", *families.CACHE_LAYOUTS])
 def test_a_transformers_decode_step_is_captured_in_a_cuda_graph(family):
     """On a GPU: the adapted model's decode step captured as a CUDA graph gives the eager step's logits."""
     from transformers import AutoModelForCausalLM
@@ -277,7 +338,8 @@ def test_a_transformers_decode_step_is_captured_in_a_cuda_graph(family):
 
     torch.manual_seed(0)
     config = families.config(family)
-    config._experts_implementation = "grouped_mm"
+    if family in ("qwen3_moe", "deepseek_v3", "gpt_oss", "qwen3_next"):  # transformers 5.25 refuses it elsewhere
+        config._experts_implementation = "grouped_mm"
     with torch.device("cuda"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
     decoder = wrap(model, OpRegistry())

@@ -168,6 +168,11 @@ def print_profile(prof, console=None) -> None:
                 ops = ", ".join(o.removeprefix("aten::") for o in m.uncovered_ops[phase])
                 console.print(Text(f"     {phase}: ({'; '.join(labels)}); uncovered: {ops} "
                                    f"({100 * m.uncovered_shares[phase]:.2f}% of the step)"))
+    if prof.modules_not_remade:
+        console.print("[bold]Modules no task can be made of[/] (as large, their calls cannot be remade)")
+        for name, paths, score, why in prof.modules_not_remade:
+            where = ", ".join(paths[:2]) + (f", +{len(paths) - 2} more" if len(paths) > 2 else "")
+            console.print(Text(f"- {name} ({where}): {_pct(score)} of a step in ops no task covers; its forward {why}"))
     for note in prof.notes:
         console.print(f"note: {note}")
 

@@ -59,7 +59,7 @@ from ratchet.e2e.step_timing import (
     Comparison, DecodeBench, Entry, StepTimingPolicy, Timing, apply_impls, compare, policy_for, time_interleaved,
 )
 from ratchet.e2e.export import shape_ranges
-from ratchet.e2e.models import load_model
+from ratchet.e2e.models import load_model, model_failure
 from ratchet.e2e.models.module_route import ModuleRouteError, is_module_task, route_module
 from ratchet.e2e.workloads import OPS, GraphCaptureError, OpRegistry, load_kernel
 from ratchet.e2e.workloads.registry import reference
@@ -758,6 +758,11 @@ def _run_settings(result: GateResult, request: GateRequest, op: str, kernel: Cal
         except _BaselineFailed as exc:
             raise GateError(f"the {request.workload} workload failed without the kernel at {kind} B={batch} "
                             f"length {length}: {exc}") from None
+        except (GateError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # the model itself, outside a timed side: one line that says where
+            raise GateError(f"the {request.workload} workload failed at {kind} B={batch} length {length}: "
+                            f"{model_failure(exc)}") from None
         finally:
             _release(request.device)
         result.settings.append(res)

@@ -73,11 +73,11 @@ class CallSpec:
 def _spec_of(key: str | None, value) -> ArgSpec | str:
     if isinstance(value, torch.Tensor):
         dtype = str(value.dtype).removeprefix("torch.")
+        if value.is_complex():  # (not floating point either: checked first)
+            return "a complex tensor argument"
         low = high = None
         if not value.is_floating_point() and value.dtype != torch.bool and value.numel():
             low, high = int(value.min()), int(value.max())  # valid ids and positions for remade inputs
-        elif value.is_complex():
-            return "a complex tensor argument"
         return ArgSpec(key, "tensor", tuple(value.shape), dtype, low, high)
     if isinstance(value, _CONSTANTS):
         return ArgSpec(key, "const", value=value)
@@ -305,6 +305,47 @@ def choose(modules_by_phase: dict, ranges: ModuleRanges, threshold: float) -> li
         chosen.append(name)
         inside.update(indices[name])
     return chosen
+
+
+def not_remade(modules_by_phase: dict, ranges: ModuleRanges, threshold: float,
+               chosen: list[str]) -> dict[str, tuple[str, dict[str, float]]]:
+    """The module groups no task can be made of (a forward that takes a cache object, ...) whose own
+    uncovered time reaches ``threshold`` in a phase: their uncovered time less that of the groups
+    inside them already named (chosen ones, and such groups found deeper first), so a decoder layer
+    around them is named only for what it runs itself. Group name -> (why, own uncovered share by phase)."""
+    uncovered: dict[str, dict[str, float]] = defaultdict(dict)
+    why: dict[str, str] = {}
+    for phase, modules in modules_by_phase.items():
+        for m in modules:
+            uncovered[m.name][phase] = m.uncovered_share
+            if m.why_not:
+                why.setdefault(m.name, m.why_not)
+    members: dict[str, list[int]] = defaultdict(list)
+    for r in ranges.records:
+        members[r.group].append(r.index)
+    named = set(chosen)
+    out = {}
+    depth = {g: min(ranges.records[i].depth for i in idx) for g, idx in members.items()}
+    # The model's own body (depth 0) is what its layers leave over: no task to speak of.
+    for group in sorted((g for g in why if depth.get(g, 0) > 0), key=lambda g: -depth[g]):
+        own = dict(uncovered[group])
+        mine = set(members[group])
+        for inner in named:
+            inside = [i for i in members[inner] if _nearest_among(ranges, i, named | {group}) in mine]
+            for phase in own:
+                own[phase] -= len(inside) / len(members[inner]) * uncovered[inner].get(phase, 0.0)
+        if max(own.values(), default=0.0) >= threshold:
+            out[group] = (why[group], own)
+            named.add(group)
+    return out
+
+
+def _nearest_among(ranges: ModuleRanges, index: int, groups: set) -> int | None:
+    """The nearest ancestor of record ``index`` whose group is in ``groups``."""
+    parent = ranges.records[index].parent
+    while parent is not None and ranges.records[parent].group not in groups:
+        parent = ranges.records[parent].parent
+    return parent
 
 
 def _has_ancestor(ranges: ModuleRanges, index: int, among: set) -> bool:

@@ -42,7 +42,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.autograd import DeviceType
 
-from ratchet.e2e.module_times import ModuleRanges, choose, module_times, root_module
+from ratchet.e2e.module_times import ModuleRanges, choose, module_times, not_remade, root_module
 
 PHASE_WEIGHTS = {"decode": 1.0, "prefill": 0.5}  # as ratchet.task.decode_weight weighs decode vs prefill shapes
 OP_PREFIX = "ratchet::op:"
@@ -183,6 +183,8 @@ class Profile:
     no_task: tuple[Ranked, ...]  # ops with no task, from NOTABLE_SHARE of a phase on, by score
     notes: tuple[str, ...] = ()
     modules_no_task: tuple[RankedModule, ...] = ()  # model modules worth a task of their own, by score
+    # Modules as large that no task can be made of: (class, paths, score, why), by score.
+    modules_not_remade: tuple[tuple[str, tuple[str, ...], float, str], ...] = ()
     # Per phase: bucket -> (time per step, concrete inputs of its first call), for extraction.
     raw: dict = field(default_factory=dict, repr=False, compare=False)
     # The model's weight shapes and dtypes: an op's dtype where the profiler records none (older torch).
@@ -304,26 +306,15 @@ def profile_workload(name: str, size: str = "tiny", device: str = "cpu", batch: 
     except (ProfileError, KeyboardInterrupt):
         raise
     except Exception as exc:  # the user's model failed: one line that says where, not a traceback
-        raise ProfileError(f"{name}: the model failed while it was profiled: {_where(exc)}") from None
+        from ratchet.e2e.models import model_failure
+
+        raise ProfileError(f"{name}: the model failed while it was profiled: {model_failure(exc)}") from None
     worth, no_task = rank(phases, device)
     return Profile(workload=name, size=size, device=device, dtype=dtype_name(model.config.dtype),
                    phases=tuple(phases), worth_a_run=worth, no_task=no_task, notes=tuple(notes), raw=raw,
                    param_dtypes={tuple(p.shape): p.dtype for p in model.parameters()},
-                   modules_no_task=rank_modules(phases, ranges), model=model, module_ranges=ranges)
-
-
-def _where(exc: BaseException) -> str:
-    """``Type: message (file:line)``, at the innermost frame outside torch, transformers and Ratchet: the
-    line of the user's own model that failed, where there is one."""
-    import traceback
-
-    frames = traceback.extract_tb(exc.__traceback__)
-    # the user's file first; else the model's own code in transformers (its modeling file), not torch's
-    own = ([f for f in frames if not any(part in f.filename for part in ("/torch/", "/transformers/", "/ratchet/"))]
-           or [f for f in frames if not any(part in f.filename for part in ("/torch/", "/ratchet/"))] or frames)
-    at = f" ({own[-1].filename}:{own[-1].lineno})" if own else ""
-    message = " ".join(str(exc).split())[:300]
-    return f"{type(exc).__name__}: {message}{at}"
+                   modules_no_task=rank_modules(phases, ranges), modules_not_remade=unremade_modules(phases, ranges),
+                   model=model, module_ranges=ranges)
 
 
 class _Annotated:
@@ -624,6 +615,22 @@ def rank_modules(phases: Sequence[Phase], ranges: ModuleRanges) -> tuple[RankedM
             speedup_if_2x={ph: m.speedup_if_2x for ph, m in present.items()},
             inputs={ph: list(m.inputs) for ph, m in present.items()}))
     out.sort(key=lambda m: -m.score)
+    return tuple(out)
+
+
+def unremade_modules(phases: Sequence[Phase], ranges: ModuleRanges) -> tuple:
+    """The module groups as large as ``rank_modules``' that no task can be made of, and why
+    (``module_times.not_remade``), by the weighted share of the uncovered time they run themselves."""
+    weights = {p.name: PHASE_WEIGHTS[p.name] for p in phases}
+    total_weight = sum(weights.values()) or 1.0
+    by_phase = {p.name: p.modules for p in phases}
+    chosen = choose(by_phase, ranges, NOTABLE_SHARE)
+    out = []
+    for group, (why, own) in not_remade(by_phase, ranges, NOTABLE_SHARE, chosen).items():
+        paths = next(m.paths for p in phases for m in p.modules if m.name == group)
+        score = sum(weights[ph] * max(share, 0.0) for ph, share in own.items()) / total_weight
+        out.append((group, paths, score, why))
+    out.sort(key=lambda entry: -entry[2])
     return tuple(out)
 
 

@@ -204,3 +204,17 @@ def _load_function(spec: str) -> tuple[nn.Module, Any]:
 
 
 __all__ = ["ModelError", "default_dtype", "kind_of", "load_model", "model_key", "wrap"]
+
+
+def model_failure(exc: BaseException) -> str:
+    """``Type: message (file:line)``, at the innermost frame outside torch, transformers and Ratchet: the
+    line of the user's own model that failed, where there is one."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    # the user's file first; else the model's own code in transformers (its modeling file), not torch's
+    own = ([f for f in frames if not any(part in f.filename for part in ("/torch/", "/transformers/", "/ratchet/"))]
+           or [f for f in frames if not any(part in f.filename for part in ("/torch/", "/ratchet/"))] or frames)
+    at = f" ({own[-1].filename}:{own[-1].lineno})" if own else ""
+    message = " ".join(str(exc).split())[:300]
+    return f"{type(exc).__name__}: {message}{at}"

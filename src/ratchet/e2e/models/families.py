@@ -13,6 +13,11 @@ import json
 from pathlib import Path
 
 FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma", "mixtral", "qwen3_moe", "deepseek_v3")
+# Families whose cache is not one full-length pair of keys and values per layer: sliding-window layers
+# beside full ones (Gemma-2, gpt-oss; a window of 4 positions, so a short decode crosses it) and
+# linear-attention layers with conv and recurrent states (Qwen3-Next: three gated delta nets, then one
+# full attention layer).
+CACHE_LAYOUTS = ("gemma2", "gpt_oss", "qwen3_next")
 
 _TINY_ATTENTION = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2, head_dim=16, intermediate_size=128, max_position_embeddings=4096)
@@ -32,6 +37,11 @@ _TINY = {
                         routed_scaling_factor=2.5, n_shared_experts=1, first_k_dense_replace=1,
                         q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
                         v_head_dim=16, rope_interleave=False, rope_scaling=None, max_position_embeddings=4096),
+    "gemma2": dict(_TINY_ATTENTION, hidden_activation="gelu_pytorch_tanh", sliding_window=4),
+    "gpt_oss": dict(_TINY_ATTENTION, num_local_experts=4, num_experts_per_tok=2, sliding_window=4),
+    "qwen3_next": dict(_TINY_ATTENTION, num_hidden_layers=4, num_experts=8, num_experts_per_tok=2,
+                       moe_intermediate_size=32, shared_expert_intermediate_size=32,
+                       layer_types=["linear_attention"] * 3 + ["full_attention"]),
 }
 
 _FULL = {
