@@ -176,6 +176,32 @@ def test_a_module_whose_math_differs_keeps_its_own_forward():
     assert "forward" not in holder.norm.__dict__ and "forward" not in holder.mlp.__dict__
 
 
+def test_a_gated_norm_is_not_taken_for_a_plain_one():
+    """A norm whose optional ``gate`` is absent computes plain RMSNorm (GraniteMoE-Hybrid's Mamba norm),
+    so a probe on the input alone matches; the model passes the gate, so it keeps its own forward."""
+    from torch import nn
+
+    class GatedNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight, self.variance_epsilon = nn.Parameter(torch.rand(8) + 0.5), 1e-6
+
+        def forward(self, x, gate=None):
+            if gate is not None:
+                x = x * nn.functional.silu(gate)
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+    holder = nn.Module()
+    holder.norm = GatedNorm()
+    result = adapt(holder, OpRegistry(), ("norm",))
+    assert result.swapped["norm"] == 0
+    assert result.kept == [("norm", "norm", "its forward takes more than the input")]
+    x, gate = torch.randn(3, 8), torch.randn(3, 8)
+    want = x * nn.functional.silu(gate)
+    want = want * torch.rsqrt(want.pow(2).mean(-1, keepdim=True) + 1e-6) * holder.norm.weight
+    torch.testing.assert_close(holder.norm(x, gate), want)
+
+
 def test_attention_with_another_scale_stays_on_the_original():
     model, plain = _pair("llama")
     for layer in model.model.layers:

@@ -29,6 +29,7 @@ copies made when adapting: a weight changed afterwards is not seen.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import sys
 import types
@@ -99,6 +100,17 @@ def _randn(*shape, like: torch.Tensor, seed: int) -> torch.Tensor:
     return torch.randn(shape, generator=g).to(device=like.device, dtype=like.dtype)
 
 
+def _takes_more_than_its_input(module: nn.Module) -> bool:
+    """Whether the module's forward has parameters beyond its one input, optional ones too: a probe on
+    the input alone would miss what the model passes there (a gated norm's ``gate``)."""
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    named = [p for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    return len(named) != 1
+
+
 # -- the kinds of op -------------------------------------------------------------------------------------
 def _norm_eps(module: nn.Module) -> float | None:
     weight = getattr(module, "weight", None)
@@ -114,6 +126,9 @@ def _norm_eps(module: nn.Module) -> float | None:
 def _try_norm(result: Adaptation, name: str, module: nn.Module, ops: OpRegistry) -> None:
     eps = _norm_eps(module)
     if eps is None:
+        return
+    if _takes_more_than_its_input(module):
+        result.kept.append((name, "norm", "its forward takes more than the input"))
         return
     w = module.weight.detach()
     x = _randn(PROBE_ROWS, w.shape[0], like=w, seed=1) * 3.0
@@ -132,6 +147,9 @@ def _is_gated_mlp(module: nn.Module) -> bool:
 
 
 def _try_mlp(result: Adaptation, name: str, module: nn.Module, ops: OpRegistry) -> None:
+    if _takes_more_than_its_input(module):
+        result.kept.append((name, "mlp", "its forward takes more than the input"))
+        return
     forward = gated_mlp_forward(ops, *merged_gate_up(module))
     gate = module.gate_proj
     x = _randn(PROBE_ROWS, gate.in_features, like=gate.weight, seed=2)

@@ -99,6 +99,8 @@ class HFDecoder(nn.Module):
             for name in ("cumulative_length", "cumulative_length_linear"):  # 5.24's write positions (5.17 has none)
                 if isinstance(getattr(layer, name, None), torch.Tensor):
                     getattr(layer, name).zero_()
+            if hasattr(layer, "cumulative_length_int"):  # a sliding window's host count
+                layer.cumulative_length_int = 0
         if not any(_holds_keys(layer) for layer in cache.layers):
             raise ValueError(f"{self.name}: no layer of this model keeps keys and values in a static cache "
                              "(all linear attention, or a cache transformers does not make static)")
