@@ -108,7 +108,7 @@ def _takes_more_than_its_input(module: nn.Module) -> bool:
     except (TypeError, ValueError):
         return True
     named = [p for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
-    return len(named) != 1
+    return len(named) > 1  # none named: a wrapper's (*args, **kwargs), which says nothing; the probe decides
 
 
 # -- the kinds of op -------------------------------------------------------------------------------------
