@@ -1,9 +1,11 @@
 """The judge on a tiny task: honest candidates pass, wrong ones fail, broken ones error, and the
 test process lives through crashes, hangs and runaway allocation."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
+import torch
 
 from ratchet.candidate import CandidateError, load_candidate
 from ratchet.judge import JudgeOptions, Limits, evaluate
@@ -171,3 +173,20 @@ def test_a_triton_candidate_on_the_cpu_runs_under_the_interpreters_limits(tmp_pa
     mention = tmp_path / "mentions_triton.py"  # the word in a comment is not an import
     mention.write_text("# faster than a triton kernel would be\n" + (DATA / "candidates" / "axpby_honest.py").read_text())
     assert Evaluation(task, load_candidate(mention), {}, JudgeOptions(device="cpu")).limits == base
+
+
+def _refuses_doubles(x, y, a):
+    if x.dtype == torch.float64:
+        raise RuntimeError("no float64 kernel for this op\nsecond line")
+    return a * x + y
+
+
+def test_a_reference_that_raises_in_the_judge_is_a_reference_error_verdict():
+    """The judge runs the reference upcast to the task's reference dtype; a task whose reference fails
+    there (grouped_mm has no float64) is broken: an `error` verdict naming the reference's own message,
+    never a traceback out of evaluate()."""
+    broken = dataclasses.replace(TASK, reference=_refuses_doubles, reference_dtype=torch.float64)
+    v = evaluate(broken, load_candidate(DATA / "candidates" / "axpby_honest.py"), None, FAST)
+    assert v.verdict == "error"
+    assert codes(v) == ["reference_error"]
+    assert v.reasons[0].detail == "the reference raised RuntimeError: no float64 kernel for this op"

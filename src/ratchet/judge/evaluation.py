@@ -416,7 +416,7 @@ class Evaluation:
         outs = tuple(tensor_from_description(d, self.torch_device) for d in descs)
         upcast = tuple(x.to(self.task.reference_dtype) if isinstance(x, torch.Tensor) and x.is_floating_point()
                        else x for x in inputs)
-        refs = tuple(r.to(self.torch_device) for r in as_tuple(self.task.reference(*upcast)))
+        refs = tuple(r.to(self.torch_device) for r in as_tuple(self._reference(upcast)))
         self.slowest_ref_s = max(self.slowest_ref_s, time.perf_counter() - started)
         if sample is not None:
             picked = [d.get("sampled") for d in descs]
@@ -433,8 +433,17 @@ class Evaluation:
         key = (tuple(sorted(shape.items())), str(dtype))
         if key not in self._expected:
             self._expected[key] = tuple(t.to("meta") if isinstance(t, torch.Tensor) else t
-                                        for t in as_tuple(self.task.reference(*inputs)))
+                                        for t in as_tuple(self._reference(inputs)))
         return self._expected[key]
+
+    def _reference(self, inputs) -> object:
+        """The task's reference in the judge's process; a task whose reference raises is broken, which is
+        an `error` verdict with the reference's own message, not a traceback out of the judge."""
+        try:
+            return self.task.reference(*inputs)
+        except Exception as exc:  # noqa: BLE001 - any failure of the task's own code is the task's
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise Abort([Reason("reference_error", f"the reference raised {type(exc).__name__}: {first}")]) from None
 
     def make_inputs(self, shape, dtype, seed) -> tuple:
         generator = torch.Generator(device=self.torch_device).manual_seed(seed)
