@@ -116,11 +116,11 @@ def test_a_worker_starts_by_exec_when_no_server_can_be_had(monkeypatch):
     assert verdict.verdict == "pass" and verdict.reasons == [], verdict.reasons
 
 
-def test_by_default_cpu_workers_are_forked_and_gpu_workers_executed(monkeypatch):
+def test_by_default_every_worker_is_forked_and_zero_executes_them(monkeypatch):
     from ratchet.judge import forkserver
 
     monkeypatch.delenv("RATCHET_FORKSERVER", raising=False)
-    assert forkserver.enabled("cpu") and not forkserver.enabled("cuda")
+    assert forkserver.enabled("cpu") and forkserver.enabled("cuda")
     monkeypatch.setenv("RATCHET_FORKSERVER", "1")
     assert forkserver.enabled("cpu") and forkserver.enabled("cuda")
     monkeypatch.setenv("RATCHET_FORKSERVER", "0")

@@ -17,11 +17,11 @@ returncode) into that keeper's status pipe; ``ForkedProcess`` reads it there.
 
 Lifetimes: the server ends when its control socket reaches end of file, that is when the judge's process
 is gone, however it ended; each keeper asks for SIGTERM when the server ends (PR_SET_PDEATHSIG), and then
-ends its worker's whole tree as always. By default CPU workers are forked and GPU workers executed
-(``enabled``); ``RATCHET_FORKSERVER=1`` forks GPU workers too, ``=0`` starts every worker with exec. On
-the H200 (2026-12-04) forked GPU workers gave the same clean passes as executed ones over 84 evaluations
-and cut a run's wall time per attempt from 2.0 to 1.3 s; they become the default once the GPU's fault
-tests (tests/faults/test_faults_gpu.py, both ways) have passed forked there.
+ends its worker's whole tree as always. Every worker is forked by default (``enabled``);
+``RATCHET_FORKSERVER=0`` starts every worker with exec. On the H200 (2026-12-04) forked GPU workers gave
+the same clean passes as executed ones over 84 evaluations and cut a run's wall time per attempt from
+2.0 to 1.3 s; on an H100 (2026-12-07) the GPU's fault tests (tests/faults/test_faults_gpu.py: an illegal
+address, a spinning kernel, memory exhaustion, leaked memory) passed with forked and executed workers.
 """
 
 from __future__ import annotations
@@ -45,11 +45,10 @@ _FDS = 4  # result socket, heartbeat pipe, log, status pipe
 
 
 def enabled(device: str) -> bool:
-    """Whether a worker for ``device`` is forked. ``RATCHET_FORKSERVER=1``: every worker; ``0``: none;
-    unset: CPU workers only, until the GPU's fault tests have passed with forked workers on a GPU. A
-    server that cannot fork for its environment refuses once, and those workers are executed."""
-    asked = os.environ.get(OPT_OUT_ENV, "")
-    return asked not in ("0", "") if asked else device == "cpu"
+    """Whether a worker for ``device`` is forked: yes unless ``RATCHET_FORKSERVER=0``. A server that
+    cannot fork for its environment (its imports initialised CUDA) refuses once, and those workers are
+    executed."""
+    return os.environ.get(OPT_OUT_ENV, "") != "0"
 
 
 # -- the judge's side --------------------------------------------------------------------------------
