@@ -35,3 +35,25 @@ def test_the_three_files_are_the_seed_a_slow_twin_and_a_wrong_twin(tmp_path):
     import torch
 
     assert torch.equal(space["kernel"](torch.tensor([2.0])), torch.tensor([4.0]))  # 2 * 1.5 + 1
+
+
+def test_a_run_limited_by_seconds_ends_by_itself_and_classes_every_attempt(tmp_path):
+    """--seconds stops the run's proposals (a device call's limit would cut a --budget run before its
+    table); a task given by a relative path is found from the run's own folder. Every wrong twin fails
+    and no honest file does."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.probes.judge_costs", "--task", "tests/data/tasks/axpby.py",
+                           "--device", "cpu", "--seconds", "8", "--seed", "tests/data/candidates/axpby_tunable.py",
+                           "--out", str(out)], cwd=root, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert "8 s of proposals" in proc.stdout
+    import json
+    attempts = json.loads((out / "judge_costs.json").read_text())["this tree"]
+    assert attempts, "the run judged nothing"
+    for a in attempts:
+        assert (a["class"] == "failed") == a["file"].startswith("wrong_"), a

@@ -84,8 +84,10 @@ def run_once(src: str | None, args, files: list[Path], folder: Path) -> list[dic
     env = dict(os.environ, RATCHET_LEDGER=str(ledger))
     if src:
         env["PYTHONPATH"] = str(Path(src).resolve())
-    cmd = [sys.executable, "-m", "ratchet", "run", args.task, "--device", args.device, "--budget", str(args.budget),
-           "--sampler", "random"]
+    # --seconds: the run stops proposing by itself, so a device call's limit never cuts it before the table
+    limit = ["--time", f"{args.seconds}s"] if args.seconds else ["--budget", str(args.budget)]
+    task = str(Path(args.task).resolve()) if Path(args.task).is_file() else args.task  # the run's cwd is folder
+    cmd = [sys.executable, "-m", "ratchet", "run", task, "--device", args.device, *limit, "--sampler", "random"]
     for path in files:
         cmd += ["--seed", str(path)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=folder)
@@ -158,6 +160,8 @@ def main() -> int:
                         "seed for the device)")
     parser.add_argument("--budget", type=int, default=6, help="attempts of the run (the tuner takes turns over "
                         "the three files)")
+    parser.add_argument("--seconds", type=int, help="instead of --budget: stop proposing after this many "
+                        "seconds (the evaluations in flight still finish and count)")
     parser.add_argument("--src", action="append", default=[], help="a Ratchet source tree (the folder holding "
                         "ratchet/) to run with; repeat to compare trees (default: the one importable here)")
     parser.add_argument("--out", help="folder for the results as JSON and the table as Markdown")
@@ -169,7 +173,8 @@ def main() -> int:
             folder = Path(tmp)
             results[src or "this tree"] = run_once(src, args, make_files(seed, folder), folder)
     text = table(results)
-    print(f"judge seconds per attempt: {args.task} on {args.device}, {args.budget} attempts, seed {seed.name}")
+    limit = f"{args.seconds} s of proposals" if args.seconds else f"{args.budget} attempts"
+    print(f"judge seconds per attempt: {args.task} on {args.device}, {limit}, seed {seed.name}")
     print(text)
     if args.out:
         out = Path(args.out)
