@@ -13,7 +13,7 @@ def test_a_row_that_times_out_is_one_line_and_the_table_is_kept(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "e2e_models.py"), "--tiny", "--device", "cpu",
                            "--models", "llama", "--batches", "1", "--contexts", "64", "--row-timeout", "0.5",
-                           "--out", str(out)], capture_output=True, text=True, timeout=120,
+                           "--first-row-timeout", "0.5", "--out", str(out)], capture_output=True, text=True, timeout=120,
                           env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines() == ["e2e_models: llama B=1 L=64: timed out after 0 s"]
@@ -21,3 +21,15 @@ def test_a_row_that_times_out_is_one_line_and_the_table_is_kept(tmp_path):
     assert rows == [{"model": "llama", "batch": 1, "context": 64, "error": "timed out after 0 s"}]
     table = (out / "e2e_models.md").read_text()
     assert "| llama | - | 1 | 64 | - | - | - | - | - | timed out after 0 s |" in table
+
+
+def test_each_models_first_row_gets_twice_the_limit_by_default(tmp_path):
+    """The first row compiles with Inductor's cache cold; the rows after it reuse what it compiled."""
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "e2e_models.py"), "--tiny", "--device", "cpu",
+                           "--models", "llama", "--batches", "1", "2", "--contexts", "64", "--row-timeout", "0.3",
+                           "--out", str(out)], capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["e2e_models: llama B=1 L=64: timed out after 1 s",
+                                                 "e2e_models: llama B=2 L=64: timed out after 0 s"]
