@@ -71,6 +71,11 @@ def correctness_only_check(spec: str, rid_note: str = "") -> list[str]:
         "`ratchet check`; keep a path without the wait for the interpreter and say which one the GPU runs. "
         "Some operations are missing from the interpreter (an fp32 `atomic_xchg`, for one): its error then "
         "names the launch line in your Python, not the line in the kernel.",
+        "- Some arithmetic is wrong under the interpreter and right on the GPU: a `tl.dot` of bfloat16 "
+        "operands returns garbage there (off by 2e10 on a 16x16 product, Triton 3.9, 2026-12-07; float16 "
+        "and float32 are exact), and an fp32 -> fp8 cast can be off by a factor of 2. A file whose bf16 "
+        "`tl.dot` fails only the CPU check is not wrong; check its math with float32 inputs (every dtype "
+        "the task judges is checked) and let `ratchet check` prove the bf16 path compiles.",
     ]
 
 
