@@ -151,3 +151,36 @@ def test_a_path_taken_only_at_gpu_sizes_is_compiled_with_gpu_shapes(tmp_path, ca
     by_name = {k["kernel"]: k for k in on_gpu["kernels"]}
     assert set(by_name) == {"_twice", "_branchy"} and by_name["_twice"]["ok"]
     assert "Mismatched type for acc between then block" in by_name["_branchy"]["message"]
+
+
+HELD_OUT_TASK = TASK.replace("from ratchet.task import ShapeSet, Task", "from ratchet.task import Cost, ShapeRange, ShapeSet, Task").replace(
+    'gpu=ShapeSet(public=[{"N": 4096}])',
+    'gpu=ShapeSet(public=[{"N": 4096}], held_out=ShapeRange({"N": (100, 200001)})),\n'
+    '                cost=lambda s, d: Cost(bytes=8 * s["N"], flops=s["N"])')
+assert HELD_OUT_TASK != TASK
+HELD_OUT_ONLY_BRANCH = CANDIDATE.replace('''    _branchy[grid](x, out, x.numel(), BLOCK=BLOCK)''', '''    if x.numel() > 100000:  # only held-out draws (up to 200001) reach this path; no public shape does
+        _branchy[grid](x, out, x.numel(), BLOCK=BLOCK)''')
+
+
+@pytest.mark.slow
+def test_gpu_shapes_also_launch_the_held_out_ranges_corners(tmp_path, capsys, monkeypatch):
+    """A path only held-out shapes reach is compiled by --shapes gpu at the ranges' highest corner; a corner
+    whose inputs the cost model puts over the host-memory bound is named in a note and not made."""
+    from ratchet.agents import compile_check
+
+    task, cand = tmp_path / "task.py", tmp_path / "cand.py"
+    task.write_text(HELD_OUT_TASK)
+    cand.write_text(HELD_OUT_ONLY_BRANCH)
+    assert main(["check", str(task), str(cand), "--shapes", "gpu", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    by_name = {k["kernel"]: k for k in report["kernels"]}
+    assert set(by_name) == {"_twice", "_branchy"}
+    assert "Mismatched type for acc between then block" in by_name["_branchy"]["message"]
+
+    from ratchet.task import load_task
+
+    loaded = load_task(str(task))
+    monkeypatch.setattr(compile_check, "CORNER_BYTES", 2**20)  # N 200001 costs 1.6 MB, over a bound of 1 MiB
+    notes = []
+    assert compile_check._held_out_corners(loaded, notes) == [{"N": 100}]
+    assert notes == ["held-out corner {'N': 200001} not launched: its inputs would take 2 MiB of host memory, over 1 MiB"]

@@ -11,7 +11,11 @@ failed to compile on the H200 (2026-12-01). So this check compiles instead of in
   through Triton's stages to PTX and then to a cubin with the ``ptxas`` Triton ships. An autotuned kernel
   compiles every config. By default the CPU shapes are launched, so a kernel or a constexpr chosen only
   at the GPU's sizes (a wider block for a larger H, a second path above some T) is not seen; with
-  ``shapes="gpu"`` the public GPU shapes are launched, their inputs made in host memory.
+  ``shapes="gpu"`` the public GPU shapes are launched, their inputs made in host memory, and then the
+  corners of the held-out ranges (every dimension at its lowest, then at its highest), whose paths only
+  held-out draws reach (a coding agent's MoE kernel chose a 128-row block only above 64 tokens), as long
+  as the task's cost model puts a corner's bytes under ``CORNER_BYTES`` (a 131072-token KV cache is not
+  made in host memory for a compile).
 - CUDA C++ handed to ``ratchet.cuda_build.load_cached`` or ``torch.utils.cpp_extension.load_inline`` is
   compiled with ``nvcc -arch=sm_XXa`` and torch's headers where ``nvcc`` is installed; else the report says
   plainly that it cannot be checked here.
@@ -340,6 +344,33 @@ class _Capture:
                                                        done.returncode == 0, message)
 
 
+CORNER_BYTES = 2**31  # the most a held-out corner's inputs may take in host memory (by the task's cost model)
+
+
+def _held_out_corners(task, notes: list[str]) -> list[dict]:
+    """The GPU held-out ranges' two corners (every range and list at its lowest, then at its highest),
+    those not already public and whose bytes the cost model puts under CORNER_BYTES."""
+    held = task.shape_set("cuda").held_out
+    if held is None:
+        return []
+    public = [dict(s) for s in task.shape_set("cuda").public]
+    corners = []
+    for pick in (min, max):
+        corner = {name: pick(spec) for name, spec in held.dims.items()}
+        if corner in public or corner in corners:
+            continue
+        try:
+            moved = max(task.cost(corner, dtype).bytes for dtype in task.dtypes)
+        except Exception:  # noqa: BLE001 - a cost model that cannot price a corner: launch it anyway
+            moved = 0
+        if moved > CORNER_BYTES:
+            notes.append(f"held-out corner {corner} not launched: its inputs would take {moved / 2**20:,.0f} MiB "
+                         f"of host memory, over {CORNER_BYTES / 2**20:,.0f} MiB")
+            continue
+        corners.append(corner)
+    return corners
+
+
 def _main(argv: list[str]) -> int:
     import importlib.util
 
@@ -365,8 +396,11 @@ def _main(argv: list[str]) -> int:
         error = _one_line(f"cannot load: {type(exc).__name__}: {exc}")
         kernel = task = None
     if kernel is not None:
+        shapes = list(task.shape_set(shape_device).public)
+        if shape_device == "cuda":
+            shapes += _held_out_corners(task, notes)
         for dtype in task.dtypes:
-            for shape in task.shape_set(shape_device).public:
+            for shape in shapes:
                 inputs = task.make_inputs(shape, dtype, "cpu", torch.Generator().manual_seed(0))
                 before = len(capture.results) + len(capture.cuda_sources)
                 try:
