@@ -187,6 +187,11 @@ def test_a_wide_modules_cpu_set_is_the_module_narrowed(tmp_path, monkeypatch):
     written, _skipped = extract_module.extract_module_tasks(prof, tmp_path / "tasks")
     (e,) = [w for w in written if w.name.endswith("_Qwen3MoeSparseMoeBlock")]
     task = load_task(e.path)
+    # Its router's top-k chooses on values: judged against the block at its own dtype, not float64, since a
+    # higher-precision router picks other experts on near ties (the GPU's bf16 seed failed its fp32 one).
+    assert task.reference_dtype == torch.float32 and task.dtypes == (torch.float32,)
+    assert "It chooses on its values (sort, topk), so the judge runs it at the model's own float32" in " ".join(
+        open(e.path).read().split())
     assert all("W" not in s for s in task.gpu.public) and all(s["W"] == 128 for s in task.cpu.public)
     assert all(s["W"] == 128 for s in task.cpu.held_out.draw(__import__("random").Random(0)))
     # The model's widths at a GPU shape; hidden 128, 16 experts (2 x top-2 rounded up to 16), expert width
@@ -216,3 +221,13 @@ def test_a_wide_modules_cpu_set_is_the_module_narrowed(tmp_path, monkeypatch):
     verdict = evaluate(task, load_candidate(e.seed), None, JudgeOptions(device="cpu", time_it=False))
     assert verdict.verdict == "pass", verdict.reasons
     assert {r.shape["W"] for r in verdict.shapes} == {128}
+
+
+def test_a_module_that_chooses_on_values_is_found_by_its_own_ops():
+    from types import SimpleNamespace
+
+    from ratchet.e2e.extract_module import chooses_on_values
+
+    assert chooses_on_values(SimpleNamespace(uncovered_ops={"decode": ("aten::mul", "aten::topk")}))
+    assert chooses_on_values(SimpleNamespace(uncovered_ops={"decode": (), "prefill": ("sort",)}))
+    assert not chooses_on_values(SimpleNamespace(uncovered_ops={"decode": ("aten::gelu", "aten::mul")}))

@@ -41,6 +41,12 @@ from ratchet.e2e.profile import PHASE_WEIGHTS, Profile, dtype_name
 CPU_TOKENS = 64  # the CPU set's calls hold at most this many tokens (the product of the named dims)
 _DIM_NAMES = {1: ("T",), 2: ("B", "S")}
 _SCALARS = (bool, int, float, str, type(None))
+# Ops that choose on their inputs' values (an MoE router's top-k). A module running one is judged against
+# itself at its own dtype: a higher-precision reference picks other experts on near ties, and then every
+# element of that token's output differs. On an H100 (2026-12-07) Qwen3-MoE's block in bf16 failed its own
+# float32 reference at 1% of the elements of 2048 tokens, so its plain-torch seed could never pass.
+DISCRETE_OPS = frozenset({"topk", "sort", "argsort", "argmax", "argmin", "kthvalue", "mode", "multinomial",
+                          "searchsorted", "unique", "bucketize"})
 # A module chains several ops, each rounding: a bit looser than one op's table.
 _TOLERANCES = {"float32": (1e-4, 1e-4), "float16": (5e-3, 5e-3), "bfloat16": (3e-2, 3e-2), "float64": (1e-8, 1e-8)}
 
@@ -272,9 +278,14 @@ def _extract_one(profile: Profile, entry, records, folder: Path, name: str, forc
 def _write_and_check(profile, entry, module, folder, name, dtype, names, public, cpu, weight_of, spec, config_json,
                      task_path, seed_path) -> Extracted:
     """Write the task and its seed, check them against the profiled module, then write the task again with
-    the costs counted; the first reference dtype (float64 for fp32, else float32) the module runs in."""
+    the costs counted; the first reference dtype (float64 for fp32, else float32) the module runs in, or the
+    module's own dtype where it makes discrete choices on values (``chooses_on_values``)."""
     costs = {}
-    for reference_dtype in (("float64", "float32") if dtype == "float32" else ("float32",)):
+    if chooses_on_values(entry):
+        dtypes = (dtype,)
+    else:
+        dtypes = ("float64", "float32") if dtype == "float32" else ("float32",)
+    for reference_dtype in dtypes:
         text = dict(profile=profile, entry=entry, name=name, dtype=dtype, public=public, cpu=cpu,
                     forward=_forward_source(module) + _constants_text(module),
                     weights={tuple(s[d] for d in names): round(max(weight_of[tuple(s[d] for d in names)], 1e-6), 6)
@@ -293,6 +304,15 @@ def _write_and_check(profile, entry, module, folder, name, dtype, names, public,
                          cpu_shapes=cpu, dtype=dtype, written=True)
     shutil.rmtree(folder, ignore_errors=True)
     raise ModuleExtractError("its forward runs in neither float64 nor float32")
+
+
+def _discrete_ops(entry) -> set[str]:
+    return {op.rsplit("::", 1)[-1] for ops in entry.uncovered_ops.values() for op in ops} & DISCRETE_OPS
+
+
+def chooses_on_values(entry) -> bool:
+    """Whether the module group's own ops (those no task covers) include one in ``DISCRETE_OPS``."""
+    return any(op.rsplit("::", 1)[-1] in DISCRETE_OPS for ops in entry.uncovered_ops.values() for op in ops)
 
 
 def _narrow_spec(module: nn.Module, config, config_json: str | None, init: dict, spec: dict,
@@ -774,6 +794,11 @@ def _task_source(profile, entry, name, dtype, public, cpu, weights, spec, refere
                    "forward called with the kernel's weight arguments in its parameters' places: "
                    f"kernel({_signature(spec)}) returns the module's tensor outputs. Nothing is forbidden: a "
                    "candidate that runs the module itself only ties."
+                   + (f" It chooses on its values ({', '.join(sorted(_discrete_ops(entry)))}), so the judge runs it "
+                      f"at the model's own {dtype}, not in a higher precision: a kernel must make the same "
+                      f"choices as the module does in {dtype}"
+                      + (f" (a router's logits rounded to {dtype} before its top-k, say)." if dtype != "float32" else ".")
+                      if reference_dtype == dtype and chooses_on_values(entry) else "")
                    + (" The model's modules ran, and the reference runs, with "
                       + ", ".join(f"{k.strip('_').replace('_', ' ')} '{v}'"
                                   for k, v in spec.get("implementations", {}).items()) + "."
