@@ -334,3 +334,16 @@ def test_an_old_ledger_gets_the_campaign_schema_added(tmp_path):
         store.ensure_schema(ledger)  # again: nothing to do
     with sqlite3.connect(path) as db:
         assert {r[1] for r in db.execute("PRAGMA table_info(campaigns)")} >= {"id", "state_json", "profile_json"}
+
+
+def test_the_profile_runs_at_the_batches_contexts_and_prefill_the_campaign_gates_at():
+    from ratchet.e2e.campaign import CampaignRequest, profile_settings
+
+    gated = CampaignRequest(model="m", device="cuda", contexts=(8192, 2048), batches=(1, 32), prefill=())
+    assert profile_settings(gated) == {"batch": 32, "context": 8192, "prefill": 0}
+    with_prefill = CampaignRequest(model="m", device="cuda", prefill=((1, 512), (1, 4096)))
+    assert profile_settings(with_prefill) == {"prefill": 4096}
+    # --profile-batch and --profile-context win; what nothing says is left to the size's defaults
+    asked = CampaignRequest(model="m", device="cuda", batches=(1, 32), profile={"batch": 4, "context": 100})
+    assert profile_settings(asked) == {"batch": 4, "context": 100}
+    assert profile_settings(CampaignRequest(model="m", device="cpu")) == {}

@@ -38,8 +38,10 @@ def register(sub, parser_class) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if present, else cpu")
     p.add_argument("--size", choices=["full", "tiny"], help="built-in workloads' size (default: full on cuda, tiny "
                    "on cpu)")
-    p.add_argument("--profile-batch", type=int, metavar="N", help="decode rows profiled (default per size)")
-    p.add_argument("--profile-context", type=int, metavar="N", help="context profiled (default per size)")
+    p.add_argument("--profile-batch", type=int, metavar="N", help="decode rows profiled (default: the largest of "
+                   "--batches, else per size); the ops' tasks are made from the calls profiled")
+    p.add_argument("--profile-context", type=int, metavar="N", help="context profiled (default: the largest of "
+                   "--contexts, else per size); the prefill profiled is --prefill's longest (none: no prefill)")
     add_executor_flags(p)
     p.add_argument("--resume", metavar="CAMPAIGN", help="continue a stopped or killed campaign")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout at the end")

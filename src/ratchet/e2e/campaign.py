@@ -91,6 +91,23 @@ class PlannedOp:
     seconds: float | None
 
 
+def profile_settings(request: CampaignRequest) -> dict:
+    """What the profile runs: ``request.profile`` where it says, else the largest decode batch and context
+    the campaign gates at and its prefill (``()``, none: no prefill profiled; else the longest), so the
+    tasks extracted from the profile hold the shapes the model is gated at (held-out from 1 up to them);
+    what neither says, the size's defaults. A campaign gated at batches 1 and 32 with no prefill had been
+    profiled at batch 8 with a 2048-token prefill, so its MoE block's task judged 2048-token calls and
+    never batch 32 (2026-12-07)."""
+    p = dict(request.profile)
+    if "batch" not in p and request.batches:
+        p["batch"] = max(request.batches)
+    if "context" not in p and request.contexts:
+        p["context"] = max(request.contexts)
+    if "prefill" not in p and request.prefill is not None:
+        p["prefill"] = max((tokens for _batch, tokens in request.prefill), default=0)
+    return p
+
+
 def projected_speedup(plan: list[dict], bests: dict[str, float | None]) -> float:
     """Amdahl over the decode shares: each op with a best speedup k > 1 takes 1/k of its share."""
     rest = 1.0
@@ -184,7 +201,7 @@ class Campaign:
 
         r = self.request
         self.say(f"campaign {self.cid}: profiling {r.model} on {r.device}")
-        p = r.profile
+        p = profile_settings(r)
         try:
             prof = profile_workload(r.model, r.size, r.device, p.get("batch"), p.get("context"), p.get("prefill"),
                                     p.get("steps"))
