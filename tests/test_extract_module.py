@@ -221,6 +221,13 @@ def test_a_wide_modules_cpu_set_is_the_module_narrowed(tmp_path, monkeypatch):
     verdict = evaluate(task, load_candidate(e.seed), None, JudgeOptions(device="cpu", time_it=False))
     assert verdict.verdict == "pass", verdict.reasons
     assert {r.shape["W"] for r in verdict.shapes} == {128}
+    # The narrowed block's outputs are small (weights drawn at the model's spread over fewer inputs): a
+    # kernel returning zeros was within an absolute atol of them; the atol is a fraction of their RMS.
+    zeros = tmp_path / "zeros.py"
+    zeros.write_text("import torch\n\n\ndef kernel(x0, *weights):\n    return torch.zeros_like(x0)\n")
+    verdict = evaluate(task, load_candidate(zeros), None, JudgeOptions(device="cpu", time_it=False))
+    assert verdict.verdict == "fail" and [r.code for r in verdict.reasons] == ["wrong_output"]
+    assert "of the output RMS" in verdict.reasons[0].detail
 
 
 def test_a_module_that_chooses_on_values_is_found_by_its_own_ops():

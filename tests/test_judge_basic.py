@@ -190,3 +190,20 @@ def test_a_reference_that_raises_in_the_judge_is_a_reference_error_verdict():
     assert v.verdict == "error"
     assert codes(v) == ["reference_error"]
     assert v.reasons[0].detail == "the reference raised RuntimeError: no float64 kernel for this op"
+
+
+def test_an_atol_of_the_outputs_rms_scales_with_the_output():
+    """Tolerance(atol_of_rms=True): atol is that fraction of the reference's RMS. At an output scale of
+    0.005, zeros are within an absolute atol of 0.03 and far outside 3% of the RMS; an honest 1% error
+    passes at any scale."""
+    from ratchet.judge.check import compare_close
+    from ratchet.task import Tolerance
+
+    ref = torch.randn(4096, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 0.005
+    honest = ref * (1 + 0.01 * torch.randn(4096, generator=torch.Generator().manual_seed(1), dtype=torch.float64))
+    absolute, of_rms = Tolerance(atol=0.03, rtol=0.03), Tolerance(atol=0.03, rtol=0.03, atol_of_rms=True)
+    assert compare_close(torch.zeros_like(ref), ref, absolute, "x") == []
+    (reason,) = compare_close(torch.zeros_like(ref), ref, of_rms, "x")
+    assert reason.code == "wrong_output" and "3984 of 4096 elements beyond atol=0.000149 (0.03 of the output RMS)" in reason.detail
+    for scale in (1.0, 1e3):
+        assert compare_close(honest * scale, ref * scale, of_rms, "x") == []

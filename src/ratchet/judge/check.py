@@ -127,7 +127,11 @@ def compare_close(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, label: s
             return [Reason("wrong_output", f"{label}: {int(wrong.sum())} of {ref.numel()} elements differ")]
         return []
     diff = (got - ref).abs()
-    allowed = tol.atol + tol.rtol * ref.abs()
+    atol = tol.atol
+    if tol.atol_of_rms:  # a fraction of the output's own scale (its finite elements' root mean square)
+        finite = ref[ref_finite]
+        atol = tol.atol * (float(finite.square().mean().sqrt()) if finite.numel() else 0.0)
+    allowed = atol + tol.rtol * ref.abs()
     both_nonfinite = ~ref_finite
     bad = (diff > allowed) & ~both_nonfinite
     # Same non-finite value on both sides is agreement (e.g. -inf logits masked the same way).
@@ -140,7 +144,8 @@ def compare_close(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, label: s
     return [
         Reason(
             "wrong_output",
-            f"{label}: {count} of {ref.numel()} elements beyond atol={tol.atol:g} rtol={tol.rtol:g}; "
+            f"{label}: {count} of {ref.numel()} elements beyond atol={atol:.3g}"
+            f"{f' ({tol.atol:g} of the output RMS)' if tol.atol_of_rms else ''} rtol={tol.rtol:g}; "
             f"worst at {index}: got {got.flatten()[worst].item():.6g}, expected {ref.flatten()[worst].item():.6g}",
         )
     ]
