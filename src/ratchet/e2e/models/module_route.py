@@ -219,8 +219,13 @@ def _routed_forward(registry: OpRegistry, op: str, own: _OwnForward, call: _Call
 
 
 def _probe_inputs(task_module, module: nn.Module, weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The task's inputs at its first CPU shape's token counts and the model's own widths: a wide module's
+    CPU set is the module narrowed (hidden width W), and the model's instance has the model's widths (on
+    an H100, 2026-12-07, Qwen3-MoE's narrowed inputs could drive no block of the model, so its gate
+    routed nothing)."""
     task = task_module.TASK
-    shape = dict(task.cpu.public[0] if task.cpu is not None else task.gpu.public[0])
+    shape = {k: v for k, v in (task.cpu.public[0] if task.cpu is not None else task.gpu.public[0]).items()
+             if k != "W"}
     like = weights[0] if weights else next(module.parameters())
     generator = torch.Generator(device="cpu").manual_seed(11)
     n_in = sum(1 for item in task_module._SPEC["inputs"] if "const" not in item)
