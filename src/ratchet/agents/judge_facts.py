@@ -58,8 +58,10 @@ def correctness_only_check(spec: str, rid_note: str = "") -> list[str]:
     return [
         f"- `TRITON_INTERPRET=1 ratchet eval {spec} FILE --device cpu --no-timing --json` runs the judge's "
         "correctness phase only, on the task's CPU shape set: fresh random inputs, held-out shapes (odd "
-        "sizes), every dtype, the output and input guards. Seconds, not the minutes timing takes on a CPU "
-        f"(which say nothing about a GPU anyway). Not recorded in a run{rid_note}.",
+        "sizes), every dtype, the output and input guards. Seconds for plain torch; a Triton file runs "
+        "each program in Python under the interpreter, a minute or more for a module of a model on two "
+        "busy cores (81 s for a coding agent's MoE block, 2026-12-07): still far less than timing on a "
+        f"CPU, which says nothing about a GPU anyway. Not recorded in a run{rid_note}.",
         "- It proves the math, the dtypes and the handling of odd sizes on small shapes. It does NOT prove "
         "that the file compiles for the GPU (the interpreter accepts code that Triton's compiler refuses, "
         "e.g. a tensor shaped differently in two branches of an `if`: run `ratchet check`), that it is "
