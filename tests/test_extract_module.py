@@ -184,9 +184,13 @@ def test_a_wide_modules_cpu_set_is_the_module_narrowed(tmp_path, monkeypatch):
     config.update(hidden_size=256, num_local_experts=32, moe_intermediate_size=64)
     (folder / "config.json").write_text(json.dumps(config))
     prof = profile_workload(str(folder), "tiny", "cpu", 2, 8, 8, 1)
-    written, _skipped = extract_module.extract_module_tasks(prof, tmp_path / "tasks")
+    written, _skipped = extract_module.extract_module_tasks(prof, tmp_path / "tasks", batches=(1, 4))
     (e,) = [w for w in written if w.name.endswith("_Qwen3MoeSparseMoeBlock")]
     task = load_task(e.path)
+    # Profiled at decode batch 2 and an 8-token prefill; the batches the model will be gated at (1 and 4)
+    # are public decode shapes too, and the held-out range reaches the largest.
+    assert sorted((s["B"], s["S"]) for s in task.gpu.public) == [(1, 1), (1, 8), (2, 1), (4, 1)]
+    assert task.gpu.held_out.dims["B"] == (1, 4)
     # Its router's top-k chooses on values: judged against the block at its own dtype, not float64, since a
     # higher-precision router picks other experts on near ties (the GPU's bf16 seed failed its fp32 one).
     assert task.reference_dtype == torch.float32 and task.dtypes == (torch.float32,)

@@ -63,8 +63,13 @@ class Skipped:
     why: str
 
 
-def extract_module_tasks(profile: Profile, out_dir: str | Path, *, force: bool = False) -> tuple[list, list]:
-    """Write a task per module group in ``profile.modules_no_task``; returns (Extracted list, Skipped list)."""
+def extract_module_tasks(profile: Profile, out_dir: str | Path, *, force: bool = False,
+                         batches: tuple[int, ...] = ()) -> tuple[list, list]:
+    """Write a task per module group in ``profile.modules_no_task``; returns (Extracted list, Skipped list).
+
+    ``batches``: decode batches the model will run (a campaign's gate grid): each profiled decode call is
+    a public shape again at each of them, so a kernel is timed at every batch it will be gated at (a
+    campaign gated at batches 1 and 32 and profiled at 32 had judged one token only for correctness)."""
     written, skipped = [], []
     ranges = profile.module_ranges
     if ranges is None:
@@ -73,7 +78,7 @@ def extract_module_tasks(profile: Profile, out_dir: str | Path, *, force: bool =
         records = [r for r in ranges.records if r.group == entry.name]
         name = module_task_name(profile.workload, entry.name)
         try:
-            written.append(_extract_one(profile, entry, records, Path(out_dir) / name, name, force))
+            written.append(_extract_one(profile, entry, records, Path(out_dir) / name, name, force, batches))
         except ModuleExtractError as exc:
             skipped.append(Skipped(entry.name, str(exc)))
     return written, skipped
@@ -214,7 +219,23 @@ def _stats(t: torch.Tensor) -> tuple[float, float]:
 
 
 # -- writing --------------------------------------------------------------------------------------------
-def _extract_one(profile: Profile, entry, records, folder: Path, name: str, force: bool) -> Extracted:
+def _at_batches(shapes: list, names: tuple, profiled_batch: int | None, batches: tuple[int, ...]) -> list:
+    """``shapes`` and, for each decode shape, the same call at each of ``batches`` rows: its first token
+    dim scaled from the profiled batch (B of (B, S), or T = rows x tokens per row)."""
+    out = list(shapes)
+    for phase, dims in shapes:
+        lead = names[0]
+        if phase != "decode" or not profiled_batch or dims[lead] % profiled_batch:
+            continue
+        for b in batches:
+            again = {**dims, lead: b * (dims[lead] // profiled_batch)}
+            if all(again != d for _, d in out):
+                out.append(("decode", again))
+    return out
+
+
+def _extract_one(profile: Profile, entry, records, folder: Path, name: str, force: bool,
+                 batches: tuple[int, ...] = ()) -> Extracted:
     if not records:
         raise ModuleExtractError("no instance recorded")
     first = records[0]
@@ -223,6 +244,8 @@ def _extract_one(profile: Profile, entry, records, folder: Path, name: str, forc
     if not calls:
         raise ModuleExtractError("no call of it was recorded")
     names, layout, shapes = _template(calls)
+    decode = next((p for p in profile.phases if p.name == "decode"), None)
+    shapes = _at_batches(shapes, names, decode.setting.get("batch") if decode else None, tuple(batches))
     tensors = [a for a in calls[0][1].args if a.kind == "tensor"]
     floats = [a for a in tensors if a.dtype in ("float32", "float16", "bfloat16", "float64")]
     dtype = floats[0].dtype if floats else dtype_name(next(module.parameters()).dtype)
