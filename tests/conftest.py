@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 import tempfile
@@ -75,6 +76,31 @@ def gemma_module_tasks(tmp_path_factory):
     prof = profile_workload(str(folder), "tiny", "cpu", 2, 8, 8, 1)
     written, skipped = extract_module_tasks(prof, root / "tasks")
     return folder, prof, written, skipped, root
+
+
+@pytest.fixture
+def narrowed_moe_block(tmp_path, monkeypatch):
+    """A tiny Qwen3-MoE widened to hidden 256 and 32 experts, with the narrowing threshold lowered so its
+    MoE block's task gets a narrowed CPU set (W = 128): call it with the profile's prefill tokens and the
+    batches to extract at; returns (model folder, the block's Extracted)."""
+    pytest.importorskip("transformers")
+    from ratchet.e2e import extract_module
+    from ratchet.e2e.models import families
+    from ratchet.e2e.profile import profile_workload
+
+    monkeypatch.setattr(extract_module, "NARROW_ABOVE_BYTES", 0)
+    folder = families.write("qwen3_moe", tmp_path / "model", "tiny", 1)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(hidden_size=256, num_local_experts=32, moe_intermediate_size=64)
+    (folder / "config.json").write_text(json.dumps(config))
+
+    def extract(prefill: int = 8, batches: tuple[int, ...] = ()):
+        prof = profile_workload(str(folder), "tiny", "cpu", 2, 8, prefill, 1)
+        written, _skipped = extract_module.extract_module_tasks(prof, tmp_path / "tasks", batches=batches)
+        (block,) = [w for w in written if w.name.endswith("_Qwen3MoeSparseMoeBlock")]
+        return folder, block
+
+    return extract
 
 
 def _heaviest_first(items) -> None:

@@ -170,22 +170,11 @@ def test_the_weight_floor_of_a_stack_of_experts_counts_the_experts_one_token_rea
     assert _experts_per_token(mlp) == 1 and _param_floor(_weights(mlp), "float32") == 4 * 8 * 4
 
 
-def test_a_wide_modules_cpu_set_is_the_module_narrowed(tmp_path, monkeypatch):
+def test_a_wide_modules_cpu_set_is_the_module_narrowed(narrowed_moe_block, tmp_path):
     # A module past NARROW_ABOVE_BYTES (Qwen3-30B-A3B's MoE block: 2.4 GB of fp32 experts, a judged CPU call
     # that took 20 s) gets a CPU set of the same class built at narrow widths; its GPU shapes keep the
     # model's. The threshold is lowered here so a small model crosses it.
-    from ratchet.e2e import extract_module
-    from ratchet.e2e.models import families
-    from ratchet.e2e.profile import profile_workload
-
-    monkeypatch.setattr(extract_module, "NARROW_ABOVE_BYTES", 0)
-    folder = families.write("qwen3_moe", tmp_path / "model", "tiny", 1)
-    config = json.loads((folder / "config.json").read_text())
-    config.update(hidden_size=256, num_local_experts=32, moe_intermediate_size=64)
-    (folder / "config.json").write_text(json.dumps(config))
-    prof = profile_workload(str(folder), "tiny", "cpu", 2, 8, 8, 1)
-    written, _skipped = extract_module.extract_module_tasks(prof, tmp_path / "tasks", batches=(1, 4))
-    (e,) = [w for w in written if w.name.endswith("_Qwen3MoeSparseMoeBlock")]
+    _folder, e = narrowed_moe_block(prefill=8, batches=(1, 4))
     task = load_task(e.path)
     # Profiled at decode batch 2 and an 8-token prefill; the batches the model will be gated at (1 and 4)
     # are public decode shapes too, and the held-out range reaches the largest.
