@@ -260,3 +260,16 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
             argv = (*argv, "--ledger", ledger)
         code, out, err = run_cli(capsys, "context", *argv)
         assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("ratchet: error:"), (argv, err)
+
+
+def test_the_brief_says_in_which_dtype_the_judge_runs_the_reference(rmsnorm):
+    """Upcast to the task's reference dtype, or at the task's own dtype (a module that chooses on its
+    values, an MoE router's top-k, is its own reference): the brief had said float64 for every task."""
+    import dataclasses
+
+    import torch
+
+    assert "Reference (the judge runs it in fp64, on the inputs upcast to it," in build_brief(rmsnorm, None, device="cpu")
+    own = dataclasses.replace(rmsnorm, dtypes=(torch.bfloat16,), reference_dtype=torch.bfloat16)
+    brief = build_brief(own, None, device="cpu")
+    assert "Reference (the judge runs it at the task's own dtype, not upcast," in brief and "fp64" not in brief

@@ -448,8 +448,11 @@ def _task(f: _Facts, max_lines: int | None, with_inputs: bool) -> str:
         ref = Path(t.source_path).read_text()  # e.g. a KernelBench problem: the Model is the reference
     # The judge upcasts the floating inputs to the task's reference dtype (not always float64: a module
     # whose ops have no float64 kernel, like grouped_mm, is judged against float32).
-    lines += ["", f"Reference (the judge runs it in {_dtype_name(t.reference_dtype)}, on the inputs upcast to it, in "
-                  "its own process):", _code(ref or "(source not available)", max_lines)]
+    own_dtype = all(d == t.reference_dtype for d in t.dtypes)
+    how = ("at the task's own dtype, not upcast" if own_dtype else
+           f"in {_dtype_name(t.reference_dtype)}, on the inputs upcast to it")
+    lines += ["", f"Reference (the judge runs it {how}, in its own process):",
+              _code(ref or "(source not available)", max_lines)]
     cost = _own_source(t.cost, t) if t.cost else None
     if cost:
         lines += ["", "Cost model (bytes any correct kernel must move, FLOPs it must do):", _code(cost, max_lines)]
