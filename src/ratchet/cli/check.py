@@ -23,9 +23,10 @@ def register(sub, parser_class) -> None:
                     "and H200)")
     ck.add_argument("--config", metavar="JSON", help="one point of the candidate's SPACE (default: its first values)")
     ck.add_argument("--shapes", choices=["cpu", "gpu"], default="cpu",
-                    help="the task's shape set to launch on (default: cpu). gpu: the public GPU shapes, their "
-                    "inputs made in host memory (large shapes take host memory and seconds each; launches "
-                    "never run)")
+                    help="the task's shape set to launch on (default: cpu). gpu: the public GPU shapes, then "
+                    "the held-out ranges' lowest and highest corners (a corner over 2 GiB of inputs is "
+                    "skipped, with a note), their inputs made in host memory (large shapes take host memory "
+                    "and seconds each; launches never run)")
     ck.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ck.set_defaults(func=cmd_check)
 
