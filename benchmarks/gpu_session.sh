@@ -137,7 +137,7 @@ for stage in $STAGES; do
                 --device cuda --ledger "$OUT/main_job.sqlite" > "$OUT/main_job.log" 2>&1
               python -m benchmarks.probes.first_verdict --ledger "$OUT/main_job.sqlite" --out "$OUT/main_job.md" \
                 >> "$OUT/main_job.log" 2>&1 ;;
-    # Forked GPU workers (RATCHET_FORKSERVER=1) against executed ones: verdicts and start seconds.
+    # Forked GPU workers (the default) against executed ones (RATCHET_FORKSERVER=0): verdicts and start seconds.
     worker_start) timeout "${WORKER_START_S:-150}" python -m benchmarks.probes.worker_start --repeats 2 \
              --task benchmarks/tasks/rmsnorm_one_shape.py --candidate "$ROWWISE" --out "$OUT" > "$OUT/worker_start.log" 2>&1 ;;
     guard) timeout "${GUARD_S:-150}" python -m benchmarks.probes.guard_cost --task rmsnorm --repeats 2 --shapes 4 \

@@ -1,7 +1,7 @@
 """Worker starts: the judge's wall time per evaluation with workers forked from the fork server
 (judge/forkserver.py, torch already imported) and with workers executed afresh, interleaved; and whether
-the verdicts agree. On a GPU this is the check that forked GPU workers work at all, before
-``RATCHET_FORKSERVER=1`` becomes their default.
+the verdicts agree. On a GPU it checks that forked GPU workers (the default since 2026-12-07) give the
+verdicts executed ones give (``RATCHET_FORKSERVER=0``).
 
     python -m benchmarks.probes.worker_start --task tests/data/tasks/axpby.py \
         --candidate tests/data/candidates/axpby_honest.py --device cpu
