@@ -222,9 +222,8 @@ def _stats(t: torch.Tensor) -> tuple[float, float]:
 def _at_batches(shapes: list, names: tuple, profiled_batch: int | None, batches: tuple[int, ...]) -> list:
     """``shapes`` and, for each decode shape, the same call at each of ``batches`` rows: its first token
     dim scaled from the profiled batch (B of (B, S), or T = rows x tokens per row)."""
-    out = list(shapes)
+    out, lead = list(shapes), names[0]
     for phase, dims in shapes:
-        lead = names[0]
         if phase != "decode" or not profiled_batch or dims[lead] % profiled_batch:
             continue
         for b in batches:
@@ -335,7 +334,7 @@ def _discrete_ops(entry) -> set[str]:
 
 def chooses_on_values(entry) -> bool:
     """Whether the module group's own ops (those no task covers) include one in ``DISCRETE_OPS``."""
-    return any(op.rsplit("::", 1)[-1] in DISCRETE_OPS for ops in entry.uncovered_ops.values() for op in ops)
+    return bool(_discrete_ops(entry))
 
 
 def _narrow_spec(module: nn.Module, config, config_json: str | None, init: dict, spec: dict,

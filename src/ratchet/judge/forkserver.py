@@ -44,8 +44,8 @@ _MAX_REQUEST = 4 * 2**20  # a worker's environment and plan, as JSON
 _FDS = 4  # result socket, heartbeat pipe, log, status pipe
 
 
-def enabled(device: str) -> bool:
-    """Whether a worker for ``device`` is forked: yes unless ``RATCHET_FORKSERVER=0``. A server that
+def enabled() -> bool:
+    """Whether a worker is forked (on a CPU or a GPU alike): yes unless ``RATCHET_FORKSERVER=0``. A server that
     cannot fork for its environment (its imports initialised CUDA) refuses once, and those workers are
     executed."""
     return os.environ.get(OPT_OUT_ENV, "") != "0"

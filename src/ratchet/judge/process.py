@@ -105,7 +105,7 @@ class WorkerProcess:
             child_env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in child_env["PYTHONPATH"].split(os.pathsep) if p)
         child_env.update(TMPDIR=tmp, PYTHONDONTWRITEBYTECODE="1")
         self.proc = None
-        if forkserver.enabled(device):  # torch already imported: a fork instead of a fresh interpreter
+        if forkserver.enabled():  # torch already imported: a fork instead of a fresh interpreter
             try:
                 self.proc = forkserver.ForkServer.spawn(child_env, plan.to_arg(),
                                                         (child_sock.fileno(), beat_w, self.log.fileno()))
