@@ -2,13 +2,14 @@
 goes before later checks, a check that met a timing before the next timer); and two real evaluations
 sharing one lock never check while the other is timed."""
 
+import contextlib
 import threading
 import time
 from pathlib import Path
 
 from ratchet.candidate import load_candidate
 from ratchet.judge import JudgeOptions, evaluate
-from ratchet.judge.device_lock import DeviceLock, holding
+from ratchet.judge.device_lock import DeviceLock, holding, ranked
 from ratchet.task import load_task
 
 DATA = Path(__file__).parent / "data"
@@ -119,6 +120,48 @@ def test_a_timer_that_holds_again_at_once_does_not_jump_a_waiting_check():
     go_on.set()
     t.join(5), c.join(5)
     assert order == ["check", "second shape"]
+
+
+def _ranked_timer(lock, rank, order, log):
+    def run():
+        with contextlib.ExitStack() as stack:
+            if rank is not None:
+                stack.enter_context(ranked(rank))
+            with lock.exclusive(), log:
+                order.append(rank)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_waiting_timers_go_oldest_first_and_unranked_last():
+    """The head of a pipeline (rank 0, the next verdict to be recorded) is timed before younger
+    evaluations whatever order they asked in; a hold asked for outside ``ranked`` comes after them."""
+    lock = DeviceLock()
+    order, log = [], threading.Lock()
+    first, f_in, f_go = _start(lock, "exclusive")  # holds the GPU while the others line up
+    assert f_in.wait(5)
+    threads = []
+    for rank in (None, 5, 2, 0, 3):
+        threads.append(_ranked_timer(lock, rank, order, log))
+        time.sleep(0.1)
+    assert lock.state() == (0, True, 5)
+    f_go.set()
+    for t in [first, *threads]:
+        t.join(5)
+    assert order == [0, 2, 3, 5, None] and lock.state() == (0, False, 0)
+
+
+def test_the_rank_is_restored_and_a_younger_timer_goes_when_the_older_is_not_waiting():
+    lock = DeviceLock()
+    order, log = [], threading.Lock()
+    with ranked(7):
+        with ranked(1):
+            pass
+        _ranked_timer(lock, 9, order, log).join(5)  # nothing older waits: no reason to hold it back
+        with lock.exclusive():
+            order.append("seven")
+    assert order == [9, "seven"] and lock.state() == (0, False, 0)
 
 
 def test_an_exception_releases_the_lock():

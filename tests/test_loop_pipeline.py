@@ -108,3 +108,36 @@ def test_gpu_slots_given_without_a_device_lock_get_one_per_gpu():
     again = LocalExecutor([JudgeOptions(device="cuda", gpu_index=3)] * 2).slots  # one GPU, one lock
     assert again[0].device_lock is again[1].device_lock
     assert LocalExecutor([JudgeOptions(device="cpu")]).slots[0].device_lock is None  # one at a time there
+
+
+def test_the_oldest_evaluation_in_flight_is_timed_first():
+    """judge_in_order ranks each evaluation by proposal: when several wait to be timed on one GPU, the
+    one to be committed next goes first, whichever asked first."""
+    import threading
+
+    from ratchet.judge.device_lock import DeviceLock
+    from ratchet.run.loop import judge_in_order
+
+    lock = DeviceLock()
+    options = [JudgeOptions(device="cuda", gpu_index=0, device_lock=lock)]
+    items = iter(range(3))
+    held, timed = threading.Event(), []
+
+    def judge(item, opts):
+        if item == 2:  # the youngest holds the GPU first, until the others wait behind it, 1 before 0
+            with lock.exclusive():
+                held.set()
+                deadline = time.monotonic() + 5
+                while lock.state()[2] < 2 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            return item
+        held.wait(5)
+        time.sleep(0.2 * (1 - item))  # 1 asks at once, 0 after it
+        with lock.exclusive():
+            timed.append(item)
+        return item
+
+    committed = []
+    judge_in_order(lambda: next(items, None), judge, lambda item, outcome, opts: committed.append(outcome),
+                   options, pipeline=3)
+    assert timed == [0, 1] and committed == [0, 1, 2]

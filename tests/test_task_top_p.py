@@ -206,3 +206,12 @@ def test_every_config_on_gpu(name):
     for config in load_candidate(SEEDS[name]).all_configs():
         pairs = _collect(lambda l, p: kernel(l, p, **config), {"B": 256, "V": 32003}, device="cuda")
         assert RULE.test(pairs) == [], config
+
+
+def test_a_gpu_run_starts_from_the_triton_seeds_and_builds_cuda_last():
+    """A run records in proposal order, so the seed whose first call waits for nvcc goes last on a GPU;
+    the CPU's seeds are the cpu_ ones only, by name."""
+    task = load_task("top_p_sampling")
+    assert [p.name for p in task.seeds_for("cuda")] == [
+        "triton_pivot.py", "triton_sampled_pivots.py", "triton_split_row.py", "cuda_cluster.py"]
+    assert [p.name for p in task.seeds_for("cpu")] == ["cpu_sort.py", "cpu_sort_free.py", "cpu_topk_race.py"]

@@ -170,10 +170,14 @@ class Task:
     def seeds_for(self, device: str) -> list[Path]:
         """The seeds a run on ``device`` starts from, by file name: on the CPU no ``triton``/``cuda``
         seeds (the interpreter is for correctness, not speed), on a GPU no ``cpu`` seeds; all of them
-        when that would leave none."""
+        when that would leave none. On a GPU the ``cuda`` seeds come last: their first call waits for
+        nvcc (tens of seconds), and a run records its verdicts in proposal order, so a CUDA seed first
+        would hold back every verdict behind its build."""
         paths = self.seeds()
         gpu_only, cpu_only = ("triton", "cuda"), ("cpu",)
         fit = [p for p in paths if not p.name.startswith(gpu_only if device == "cpu" else cpu_only)]
+        if device != "cpu":
+            fit.sort(key=lambda p: p.name.startswith("cuda"))  # stable: by name within each group
         return fit or paths
 
 

@@ -30,7 +30,7 @@ from typing import Any, Callable
 from ratchet.diagnose import ncu
 from ratchet.candidate import Candidate, load_candidate
 from ratchet.judge import JudgeOptions
-from ratchet.judge.device_lock import holding
+from ratchet.judge.device_lock import holding, ranked
 from ratchet.run import composite
 from ratchet.run.executor import LOOKAHEAD, Executor, LocalExecutor
 from ratchet.run.keep import race_bar
@@ -244,8 +244,8 @@ def judge_in_order(next_item: Callable[[], Any], judge: Callable[[Any, Any], Any
 
     Per GPU (one JudgeOptions each), LOOKAHEAD evaluations beside the one being timed: they start,
     import and compile on the CPU cores and share the GPU for their checks, and each waits its turn to be
-    timed alone (judge.device_lock). On the CPU one at a time: checks would disturb the timing there.
-    ``judge_options`` may be any slots (an executor's, e.g. Ray actors) given with their ``pipeline``: the
+    timed alone (judge.device_lock), the oldest first. On the CPU one at a time: checks would disturb the
+    timing there. ``judge_options`` may be any slots (an executor's, e.g. Ray actors) given with their ``pipeline``: the
     most evaluations in flight at once.
     """
     if pipeline is None:
@@ -260,6 +260,7 @@ def judge_in_order(next_item: Callable[[], Any], judge: Callable[[Any, Any], Any
         return counts
 
     stop = None
+    submitted = 0
     with ThreadPoolExecutor(max_workers=pipeline) as pool:
         while True:
             stop = stop or should_stop(len(inflight))
@@ -273,7 +274,9 @@ def judge_in_order(next_item: Callable[[], Any], judge: Callable[[Any, Any], Any
                 if item is None:
                     break
                 options = min(judge_options, key=lambda o: counts[id(o)])  # the slot with the fewest running
-                inflight.append((item, pool.submit(judge, item, options), options))
+                # Ranked by proposal: the oldest in flight, the next to be committed, is timed first.
+                inflight.append((item, pool.submit(_ranked_call, submitted, judge, item, options), options))
+                submitted += 1
                 counts[id(options)] += 1
                 total += 1
                 stop = should_stop(len(inflight))
@@ -286,6 +289,11 @@ def judge_in_order(next_item: Callable[[], Any], judge: Callable[[Any, Any], Any
             while inflight and inflight[0][1].done():
                 item, future, options = inflight.pop(0)
                 commit(item, future.result(), options)
+
+
+def _ranked_call(rank: int, judge: Callable[[Any, Any], Any], item: Any, options: Any) -> Any:
+    with ranked(rank):
+        return judge(item, options)
 
 
 def _outcome(attempt: dict) -> Outcome:
