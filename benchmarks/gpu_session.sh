@@ -7,12 +7,15 @@
 # The GPU's fault tests with forked and executed workers (the gate for forking GPU workers by default):
 #   STAGES=tests PYTEST_ARGS=tests/faults/test_faults_gpu.py bash benchmarks/gpu_session.sh
 # A coding agent's kernel for Qwen3-MoE's sparse MoE block, through a campaign, its package and the
-# transformers model (the batch-1 goal), in two calls (the second given the first's $OUT/campaign.tgz):
-#   call 1: CAMPAIGN_ARGS="--ops Qwen3MoeSparseMoeBlock,rmsnorm,decode_attention,rope --budget 8 --contexts 8192
+# transformers model (the batch-1 goal), each call given the one before's $OUT/campaign.tgz:
+#   call 1: CAMPAIGN_ARGS="--ops Qwen3MoeSparseMoeBlock,rmsnorm,decode_attention,rope --budget 4 --contexts 8192
 #           --batches 1,32 --prefill none --seed Qwen3MoeSparseMoeBlock=$PWD/benchmarks/agent_kernels/qwen3_moe_block.py"
 #           STAGES=campaign bash benchmarks/gpu_session.sh
-#   call 2: CAMPAIGN_IN=campaign.tgz E2E_MODELS_ARGS="--models qwen3_moe --batches 1 32 --contexts 8192 32768
-#           --layers 12 --row-timeout 110" STAGES=e2e_models bash benchmarks/gpu_session.sh
+#   call 2: CAMPAIGN_IN=campaign.tgz STAGES=campaign (resumes where call 1 was cut; ~520 s for both on the
+#           H100, 2026-12-07)
+#   call 3: CAMPAIGN_IN=campaign.tgz E2E_MODELS_ARGS="--models qwen3_moe --batches 1 32 --contexts 8192
+#           --layers 12 --row-timeout 170" STAGES=e2e_models bash benchmarks/gpu_session.sh (a row with a
+#           package took ~140 s; 32768 in a call of its own)
 # Optuna and Liger are not on the GPU image: fetch wheels with ../shared/device/wheels.sh, carry .whl and
 # install them first (the line at the top of that script); PYTHONPATH set by it is kept.
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src PYTHONUNBUFFERED=1
