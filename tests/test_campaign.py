@@ -151,6 +151,10 @@ def test_export_installs_applies_and_falls_back(campaign, tmp_path):
     entry = manifest["kernels"][0]
     assert entry["op"] == "rmsnorm" and entry["gate"]["passed"] and entry["ranges"]["dtypes"]
     assert (pkg / "pyproject.toml").exists() and (pkg / name / "kernels" / "rmsnorm.py").exists()
+    # the run judged the built-in task with the model's own norm shapes added (e2e.model_shapes)
+    task_path = sqlite3.connect(campaign["ledger"]).execute("select task_path from runs where task = 'rmsnorm'").fetchone()[0]
+    assert task_path.endswith("rmsnorm_with_model_shapes.py")
+    assert entry["ranges"]["dims"]["H"][0] <= 16  # the query and key norms' head_dim
     venv = tmp_path / "venv"
     # --without-pip: the system's pip and setuptools (which builds wheels) serve the venv; torch is not reinstalled.
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
@@ -192,9 +196,10 @@ def test_export_installs_applies_and_falls_back(campaign, tmp_path):
     # two layers' input, post-attention, query and key norms and the final one; only the exported op's kind
     assert result["swapped"]["norm"] == 9 and result["swapped"]["mlp"] == 0
     # 4 rows at hidden size 64: inside the judged ranges. The query and key norms work on head_dim 16, under
-    # every H the judge passed (the CPU set's held-out H starts at 17): those 4 run the original op
-    assert result["used_small"] == {"kernel": 5, "original": 4}
-    assert result["used_all"] == {"kernel": 5, "original": 4 + 9}  # more rows than judged: all original
+    # every H of the built-in task's CPU set; the campaign judged the shapes the model ran there too
+    # (e2e.model_shapes), so those 4 run the kernel as well
+    assert result["used_small"] == {"kernel": 9, "original": 0}
+    assert result["used_all"] == {"kernel": 9, "original": 9}  # more rows than judged: all original
     assert result["err_small"] <= 2e-2 * max(result["scale"], 1.0)  # bf16: rmsnorm's tolerance carried through
     assert result["err_big"] <= 2e-2 * max(result["scale"], 1.0)
     test = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs",

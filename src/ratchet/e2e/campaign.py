@@ -198,6 +198,7 @@ class Campaign:
     def profile_and_plan(self) -> None:
         from ratchet.e2e.extract import extract_tasks
         from ratchet.e2e.extract_module import extract_module_tasks, module_task_name
+        from ratchet.e2e.model_shapes import task_for_model
         from ratchet.e2e.profile import ProfileError, profile_workload
 
         r = self.request
@@ -250,6 +251,13 @@ class Campaign:
             entries = [e for e in entries if e["score"] >= MIN_SCORE]
         if not entries:
             raise CampaignError(f"{r.model}: no op takes {MIN_SCORE:.1%} of a step; nothing to optimize")
+        # A built-in task judges the shapes of the models it was written for; the user's model's other
+        # shapes of the op are added, or its package would run the model's own op there (model_shapes).
+        profiled = {ranked.task: ranked.shapes for ranked in prof.worth_a_run}
+        for e in entries:
+            if e["kind"] == "builtin":
+                e["task"] = task_for_model(e["task"], r.device, profiled.get(e["op"], {}), self.folder / "tasks",
+                                           str(r.model))
         if all(e["kind"] == "module" for e in entries):  # nothing else planned: all of its time is its own
             for e in entries:
                 e["decode_share"] = e["module_share"]
