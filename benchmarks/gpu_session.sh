@@ -13,6 +13,8 @@
 #           STAGES=campaign bash benchmarks/gpu_session.sh
 #   call 2: CAMPAIGN_IN=campaign.tgz STAGES=campaign (resumes where call 1 was cut; ~520 s for both on the
 #           H100, 2026-12-07)
+#   (the fifth round's files: add --seed Qwen3MoeSparseMoeBlock=$PWD/benchmarks/agent_kernels/qwen3_moe_block_v2.py
+#   and _v3.py to call 1; the run judges the user's files first, in order)
 #   call 3: CAMPAIGN_IN=campaign.tgz E2E_MODELS_ARGS="--models qwen3_moe --batches 1 32 --contexts 8192
 #           --layers 12 --row-timeout 170" STAGES=e2e_models bash benchmarks/gpu_session.sh (a row with a
 #           package took ~140 s; 32768 in a call of its own)

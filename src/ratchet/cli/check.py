@@ -26,7 +26,8 @@ def register(sub, parser_class) -> None:
                     help="the task's shape set to launch on (default: cpu). gpu: the public GPU shapes, then "
                     "the held-out ranges' lowest and highest corners (a corner over 2 GiB of inputs is "
                     "skipped, with a note), their inputs made in host memory (large shapes take host memory "
-                    "and seconds each; launches never run)")
+                    "and seconds each; launches never run). The kernel sees CPU tensors either way: a branch "
+                    "taken only when x.is_cuda is never compiled")
     ck.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ck.set_defaults(func=cmd_check)
 

@@ -822,6 +822,9 @@ def _task_source(profile, entry, name, dtype, public, cpu, weights, spec, refere
                       f"at the model's own {dtype}, not in a higher precision: a kernel must make the same "
                       f"choices as the module does in {dtype}"
                       + (f" (a router's logits rounded to {dtype} before its top-k, say)." if dtype != "float32" else ".")
+                      + " Equal values are common at low precision, and which of them torch's top-k or sort takes "
+                      "is its own (undocumented) choice; the surest way to make the module's is to call the same "
+                      "torch op on the same values."
                       if reference_dtype == dtype and chooses_on_values(entry) else "")
                    + (" The model's modules ran, and the reference runs, with "
                       + ", ".join(f"{k.strip('_').replace('_', ' ')} '{v}'"
