@@ -209,7 +209,12 @@ with torch.no_grad():
     small_counts = {{k: counts[k] - start[k] for k in counts}}
     got_big = hf(input_ids=big).logits
 adaptation.restore()
-print(json.dumps({{"swapped": adaptation.swapped[{OP!r}], "small": small_counts,
+# As the gate ran it: opaque to torch.compile (a break around the kernel, not a trace into its file)
+x = torch.randn(1, 6, hf.config.hidden_size)
+mlp = hf.model.layers[0].mlp
+weights = [mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight]
+explained = torch._dynamo.explain(lambda x: pkg.ops.MODULES[{OP!r}](x.sin(), *weights).cos())(x)
+print(json.dumps({{"swapped": adaptation.swapped[{OP!r}], "small": small_counts, "breaks": explained.graph_break_count,
                   "all": {{k: counts[k] - start[k] for k in counts}},
                   "err_small": (got_small - want_small).abs().max().item(), "err_big": (got_big - want_big).abs().max().item()}}))
 """)
@@ -222,6 +227,7 @@ print(json.dumps({{"swapped": adaptation.swapped[{OP!r}], "small": small_counts,
     assert result["swapped"] == 2 and result["small"] == {"kernel": 2, "original": 0}
     assert result["all"] == {"kernel": 2, "original": 2}  # S=20: beyond the judged S, the module's own
     assert result["err_small"] < 1e-4 and result["err_big"] == 0.0
+    assert result["breaks"] == 1
     test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs",
                            f"{name}.test_installed"], capture_output=True, text=True, timeout=600,
                           env={**__import__("os").environ, "PYTHONPATH": str(out)}, cwd=tmp_path)

@@ -13,7 +13,8 @@
 - ``module_tasks/<op>/``: for a module task's kernel (a whole module of the model as one op, gated as
   its modules' forward), the task file and its config; ``apply`` routes the model's modules of that class
   through the kernel (``ratchet.e2e.models.module_route``), inside the judged ranges, and the module's
-  own forward outside them. Such kernels run as judged (no custom op, no ``kernels`` layer);
+  own forward outside them. Such kernels run as judged: opaque to torch.compile, as the gate and the stack
+  run them (no custom op, no ``kernels`` layer);
 - ``layers.py``, ``hub.py``, ``layer_repository/``: the ops as Hugging Face ``kernels`` layers, a local
   layer repository ``kernels.kernelize`` loads with no network, ``kernel_mapping()`` pointing at it and
   ``mark_layers(model)`` for transformers versions whose decorators ignore the installed ``kernels``
@@ -245,9 +246,12 @@ def _define(entry):
 
 
 OPS = {entry["op"]: _define(entry) for entry in MANIFEST["kernels"] if "module_task" not in entry}
-# Module tasks' kernels: each replaces whole modules of the model (apply() routes them); as judged. Their
-# calls since apply(), by what ran: MODULE_COUNTS[op] (as OPS[op].counts for the custom ops).
-MODULES = {entry["op"]: _kernel(entry["op"]) for entry in MANIFEST["kernels"] if "module_task" in entry}
+# Module tasks' kernels: each replaces whole modules of the model (apply() routes them); as judged, so
+# opaque to torch.compile as the gate ran them (compiled, Inductor would trace into the file and build its
+# Triton kernels again on its own argument types; a CUDA graph captured around the step replays them as
+# usual). Their calls since apply(), by what ran: MODULE_COUNTS[op] (as OPS[op].counts for the custom ops).
+MODULES = {entry["op"]: torch.compiler.disable(_kernel(entry["op"]))
+           for entry in MANIFEST["kernels"] if "module_task" in entry}
 MODULE_COUNTS = {op: {"kernel": 0, "original": 0} for op in MODULES}
 
 
