@@ -17,22 +17,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ratchet.e2e.export import shape_ranges
 from ratchet.task import Task, load_task
 
 MAX_ADDED = 6  # the model's costliest shapes the task lacks; each one more shape in every evaluation
-
-
-def _box(task: Task, device: str) -> dict[str, tuple[int, int]]:
-    public = task.shape_set(device).public
-    dims = set().union(*(s.keys() for s in public)) if public else set()
-    return {k: (min(s[k] for s in public if k in s), max(s[k] for s in public if k in s)) for k in dims}
 
 
 def uncovered(task: Task, device: str, profiled: dict) -> list[dict]:
     """The model's shapes of ``task`` (a Ranked entry's ``shapes``: phase -> [{"shape", "dtype", "time_us"}])
     that lie outside the public box of the task's shape set on ``device``, at a dtype the task judges,
     costliest first, at most MAX_ADDED."""
-    box = _box(task, device)
+    # The public shapes' ranges, as an exported package computes the ranges it runs the kernel in
+    box = shape_ranges({"shapes": [{"shape": dict(p)} for p in task.shape_set(device).public]})["dims"]
     judged_dtypes = {str(d).removeprefix("torch.") for d in task.dtypes}
     seen, found = set(), []
     rows = sorted((row for rows in profiled.values() for row in rows), key=lambda r: -(r.get("time_us") or 0))
