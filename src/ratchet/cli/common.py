@@ -19,6 +19,13 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not argparse's usage block
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
+    def _get_values(self, action, arg_strings):
+        # Python 3.11 and 3.12 drop a '--' given as an option's own value (--output=--), leaving an empty
+        # list where a string belongs, which the command then failed on with a traceback.
+        if action.option_strings and action.nargs in (None, "?") and arg_strings == ["--"]:
+            self.error(f"argument {'/'.join(action.option_strings)}: '--' is not a value")
+        return super()._get_values(action, arg_strings)
+
 
 def default_device() -> str:
     import torch
