@@ -11,6 +11,10 @@ model (random weights from configs written here, full width, as many layers as f
    ``min(E, B x top_k)`` experts per MoE layer) plus the KV cache up to the context, over the device's
    measured copy bandwidth.
 
+Speed alone proves nothing: each row's notes also give how far the compiled and ratchet ways' logits of the
+first step (from the same cache and tokens) are from transformers' eager ones (``*_logits_diff`` in the
+JSON; compiled's own distance is the scale to read ratchet's against).
+
     python -m benchmarks.e2e_models --out out/e2e_models [--export out/pkg] [--batches 1 32] \\
         [--contexts 8192 32768] [--models qwen3_moe llama] [--layers N] [--row-timeout 900]
     python -m benchmarks.e2e_models --tiny --device cpu --contexts 64 --batches 1   # a smoke test
@@ -172,11 +176,14 @@ def _row(args) -> dict:
     decoder = wrap(hf, OpRegistry(), name=family, adapt=False)
     bench = DecodeBench(decoder, batch, context, slack=args.steps * (args.repeats + 4) + 8)
     graphs = device == "cuda"
+    first_logits = {}  # each way's logits of the first step from the same state: what a speed-up must keep
 
     def measure(way, forward=None, graph=False):
         try:
             runner = bench.runner(cuda_graph=graph, forward=forward)
             out[f"{way}_us"] = _time_steps(runner.step, device, args.steps, args.repeats)
+            bench.reset()
+            first_logits[way] = runner.step().float().clone()
         except Exception as exc:  # one line per failure; the other ways still run
             out[f"{way}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
         bench.reset()
@@ -199,6 +206,9 @@ def _row(args) -> dict:
         measure("ratchet", compiled_decode_step(decoder, "default"), graphs)
     else:
         out["ratchet_error"] = "no --export package given"
+    for way in ("compiled", "ratchet"):
+        if way in first_logits and "transformers" in first_logits:
+            out[f"{way}_logits_diff"] = logits_diff(first_logits[way], first_logits["transformers"])
     tbps = _copy_tbps(device)
     if tbps:
         weights = n_layers * _read_weight_bytes(cfg, batch) + 2 * cfg.vocab_size * cfg.hidden_size
@@ -207,7 +217,26 @@ def _row(args) -> dict:
     return out
 
 
+def logits_diff(got, reference) -> float:
+    """The largest absolute difference of two steps' logits; inf where one is not finite and the other is
+    (a kernel that overflows is not a speed-up, whatever its tokens/s)."""
+    import torch
+
+    if bool((torch.isfinite(got) != torch.isfinite(reference)).any()):
+        return math.inf
+    both = torch.isfinite(got) & torch.isfinite(reference)
+    return float((got[both] - reference[both]).abs().max()) if bool(both.any()) else 0.0
+
+
 # -- the parent ------------------------------------------------------------------------------------------
+def _logits_note(row) -> str:
+    """How far each fast way's first-step logits are from transformers' eager ones; compiled's own distance
+    is the scale a kernel's is read against (both reorder floating-point sums)."""
+    parts = [f"{way} {row[f'{way}_logits_diff']:.3g}" for way in ("compiled", "ratchet")
+             if row.get(f"{way}_logits_diff") is not None]
+    return f"logits vs transformers: {', '.join(parts)}" if parts else ""
+
+
 def _tokens(batch, us):
     return batch * 1e6 / us if us else None
 
@@ -222,7 +251,7 @@ def _table(rows) -> str:
         t = {w: _tokens(r["batch"], r.get(f"{w}_us")) for w in WAYS}
         floor = _tokens(r["batch"], r.get("floor_us"))
         ratio = t["ratchet"] / t["compiled"] if t["ratchet"] and t["compiled"] else None
-        notes = "; ".join(r[f"{w}_error"] for w in WAYS if r.get(f"{w}_error"))
+        notes = "; ".join(n for n in [*(r.get(f"{w}_error") for w in WAYS), _logits_note(r)] if n)
 
         def f(v):
             return f"{v:.1f}" if v else "-"

@@ -324,6 +324,19 @@ def test_attempts_a_run_left_go_to_the_ops_not_started(tmp_path):
         assert campaign._rebudget(plan[1])["budget"] == 8 and campaign._rebudget(plan[2])["budget"] == 2
         assert [r["id"] for r in store.campaign_runs(ledger, cid)] == [run]  # found by its options, attached
         assert ledger.get_run(run)["campaign"] == cid
+        # The user's three --seed files for rope are judged, though its share of what is left is 2.
+        assert campaign._rebudget({**plan[2], "starts": ["a.py", "b.py", "c.py"]})["budget"] == 3
+
+
+def test_the_users_seed_files_are_all_judged_whatever_the_budget():
+    """Three files for the op with the smallest share of a 4-attempt budget over 4 ops: it plans 3 attempts
+    (one per file), the others keep their share, the largest first."""
+    entries = [{"op": "attention", "score": 0.3}, {"op": "rmsnorm", "score": 0.05}, {"op": "rope", "score": 0.03},
+               {"op": "MoeBlock", "score": 0.02, "starts": ["v1.py", "v2.py", "v3.py"]}]
+    plan = share_budget(entries, 4, None)
+    assert [(p["op"], p["budget"]) for p in plan] == [("attention", 1), ("rmsnorm", 1), ("rope", 1), ("MoeBlock", 3)]
+    without = share_budget([{k: v for k, v in e.items() if k != "starts"} for e in entries], 4, None)
+    assert [p["budget"] for p in without] == [1, 1, 1, 1]
 
 
 def test_an_old_ledger_gets_the_campaign_schema_added(tmp_path):

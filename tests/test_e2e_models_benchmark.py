@@ -33,3 +33,23 @@ def test_each_models_first_row_gets_twice_the_limit_by_default(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines() == ["e2e_models: llama B=1 L=64: timed out after 1 s",
                                                  "e2e_models: llama B=2 L=64: timed out after 0 s"]
+
+
+def test_the_logits_of_each_fast_way_are_compared_with_transformers():
+    sys.path.insert(0, str(ROOT))
+    import math
+
+    import torch
+
+    from benchmarks.e2e_models import _logits_note, _table, logits_diff
+
+    ref = torch.tensor([[1.0, 2.0, -3.0]])
+    assert logits_diff(ref + torch.tensor([[0.0, 0.25, -0.5]]), ref) == 0.5
+    assert logits_diff(torch.tensor([[1.0, float("inf"), -3.0]]), ref) == math.inf  # overflowed: never close
+    assert logits_diff(torch.tensor([[1.0, float("nan"), -3.0]]), torch.tensor([[1.0, float("nan"), -2.0]])) == 1.0
+    row = {"model": "llama", "layers": 2, "full_layers": 32, "batch": 1, "context": 64, "transformers_us": 100.0,
+           "compiled_us": 50.0, "ratchet_us": 25.0, "compiled_logits_diff": 0.0625, "ratchet_logits_diff": 0.125}
+    assert _logits_note(row) == "logits vs transformers: compiled 0.0625, ratchet 0.125"
+    assert _table([row]).splitlines()[-1] == ("| llama | 2/32 | 1 | 64 | 10000.0 | 20000.0 | 40000.0 | 2.00x | - | "
+                                              "logits vs transformers: compiled 0.0625, ratchet 0.125 |")
+    assert _logits_note({"ratchet_error": "no --export package given"}) == ""

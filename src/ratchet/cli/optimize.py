@@ -34,7 +34,9 @@ def register(sub, parser_class) -> None:
                    "modules with no task (GemmaMLP, Qwen3MoeSparseMoeBlock; `ratchet profile MODEL` lists them)")
     p.add_argument("--seed", action="append", default=[], metavar="OP=FILE",
                    help="a candidate file of your own (an agent's kernel) for op OP (named as --ops names it), "
-                        "judged first in its run, beside the op's seeds or plain-torch start; repeatable")
+                        "judged first in its run, beside the op's seeds or plain-torch start; repeatable. Every "
+                        "file given is judged: the op gets at least one attempt per file, past its share of "
+                        "--budget if need be")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if present, else cpu")
     p.add_argument("--size", choices=["full", "tiny"], help="built-in workloads' size (default: full on cuda, tiny "
                    "on cpu)")

@@ -12,7 +12,8 @@ Stages, each recorded in the ledger (``ratchet.run.campaigns``) before the next 
    ``linear``), so no time counts twice; planned alone (``--ops GemmaMLP``), it is all of its time;
 2. plan: the attempt budget (or the time) is shared by the gain each op can still give: its share of
    the step, which is what Amdahl's law says making it free saves. Every planned op gets at least one
-   attempt; when the budget is smaller than the ops, the largest shares go first. When an op's run
+   attempt, and at least one per ``--seed`` file the user gave for it (a file the user asked for is always
+   judged, even past the budget); when the budget is smaller than the ops, the largest shares go first. When an op's run
    starts, it gets its share of the attempts still unspent among the ops not started yet, so attempts a
    run did not use (goal reached, search space exhausted) go to the others;
 3. runs: each op's run through the loop's own API (``start_or_resume``: the task's seeds, or the
@@ -121,7 +122,8 @@ def projected_speedup(plan: list[dict], bests: dict[str, float | None]) -> float
 
 def share_budget(entries: list[dict], budget: int | None, seconds: float | None) -> list[dict]:
     """Each entry's attempts (or seconds) in proportion to its score; at least one attempt each, the
-    largest scores first when there are more ops than attempts."""
+    largest scores first when there are more ops than attempts. An entry's attempts are never fewer than
+    the user's files for it (``starts``): those are judged whatever the budget."""
     total = sum(e["score"] for e in entries) or 1.0
     out = []
     if budget is not None:
@@ -141,7 +143,7 @@ def share_budget(entries: list[dict], budget: int | None, seconds: float | None)
                 shares.pop(j)
                 entries = entries[:j] + entries[j + 1:]
         for e, s in zip(entries, shares):
-            out.append({**e, "budget": s, "seconds": None})
+            out.append({**e, "budget": max(s, len(e.get("starts", ()))), "seconds": None})
     else:
         for e in entries:
             out.append({**e, "budget": None, "seconds": seconds * e["score"] / total})
@@ -320,7 +322,7 @@ class Campaign:
         waiting = [p for p in self.state["plan"] if p["op"] not in runs]
         weight = sum(p["score"] for p in waiting) or 1.0
         left = max(total - spent, len(waiting))
-        return {**planned, "budget": max(1, round(left * planned["score"] / weight))}
+        return {**planned, "budget": max(1, len(planned.get("starts", ())), round(left * planned["score"] / weight))}
 
     def _create_run(self, planned: dict) -> str:
         from ratchet.e2e.gate import device_name
