@@ -7,9 +7,10 @@ model (random weights from configs written here, full width, as many layers as f
    captured in a CUDA graph;
 3. ``ratchet``: the same, with a ``ratchet export`` package applied (``--export DIR``, the folder holding
    its pyproject.toml), so its kernels run inside the judged shape ranges (missing without --export);
-4. ``floor``: the step's byte floor: the weights a step must read (every dense weight, and at most
-   ``min(E, B x top_k)`` experts per MoE layer) plus the KV cache up to the context, over the device's
-   measured copy bandwidth.
+4. ``floor``: the step's byte floor: the weights a step must read (every dense weight, and of an MoE
+   layer's experts those its router picked in the row's first step, counted by a hook on the routers;
+   ``min(E, B x top_k)`` where none could be counted) plus the KV cache up to the context, over the
+   device's measured copy bandwidth.
 
 Speed alone proves nothing: each row's notes also give how far the compiled and ratchet ways' logits of the
 first step (from the same cache and tokens) are from transformers' eager ones (``*_logits_diff`` in the
@@ -91,15 +92,41 @@ def _layer_weight_bytes(cfg) -> int:
     return 2 * (attn + mlp)
 
 
-def _read_weight_bytes(cfg, batch: int) -> int:
-    """What one decode step must read of one layer's weights: all but the experts no token reaches."""
+def _read_weight_bytes(cfg, batch: int, touched: float | None = None) -> int:
+    """What one decode step must read of one layer's weights: all but the experts no token reaches
+    (``touched``: the distinct experts a layer's router picked, on average; by default as many as the
+    batch's tokens could reach, which is more than random routing reaches at batch 32)."""
     h, heads, kv, d = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     attn = h * (heads + 2 * kv) * d + heads * d * h
     experts = getattr(cfg, "num_experts", 0) or 0
     if experts:
-        touched = min(experts, batch * cfg.num_experts_per_tok)
-        return 2 * (attn + touched * 3 * h * cfg.moe_intermediate_size + experts * h)
+        if touched is None:
+            touched = min(experts, batch * cfg.num_experts_per_tok)
+        return int(2 * (attn + touched * 3 * h * cfg.moe_intermediate_size + experts * h))
     return 2 * (attn + 3 * h * cfg.intermediate_size)
+
+
+def experts_touched(model, step, top_k: int) -> float | None:
+    """The mean number of distinct experts the model's routers picked in one call of ``step``: a forward
+    hook on every module whose output holds an integer tensor of ``top_k`` columns (a top-k router's
+    expert ids, as transformers' MoE routers return them). None when no router was seen."""
+    import torch
+
+    counts: list[int] = []
+
+    def count(_module, _inputs, output):
+        for t in output if isinstance(output, tuple) else (output,):
+            if isinstance(t, torch.Tensor) and not t.is_floating_point() and t.dim() == 2 and t.shape[-1] == top_k:
+                counts.append(int(torch.unique(t).numel()))
+                return
+
+    hooks = [m.register_forward_hook(count) for m in model.modules() if getattr(m, "top_k", None) == top_k]
+    try:
+        step()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return sum(counts) / len(counts) if counts else None
 
 
 def _cache_bytes_per_layer(cfg, batch: int, length: int) -> int:
@@ -189,6 +216,10 @@ def _row(args) -> dict:
         bench.reset()
 
     measure("transformers")
+    top_k = getattr(cfg, "num_experts_per_tok", None)
+    if top_k:  # which experts this row's tokens reach: the floor reads those, not every one they could
+        out["experts_touched"] = experts_touched(hf, bench.runner(cuda_graph=False).step, top_k)
+        bench.reset()
     compiled = compiled_decode_step(decoder, "default")
     measure("compiled", compiled, graphs)
     if args.export:
@@ -211,7 +242,8 @@ def _row(args) -> dict:
             out[f"{way}_logits_diff"] = logits_diff(first_logits[way], first_logits["transformers"])
     tbps = _copy_tbps(device)
     if tbps:
-        weights = n_layers * _read_weight_bytes(cfg, batch) + 2 * cfg.vocab_size * cfg.hidden_size
+        weights = (n_layers * _read_weight_bytes(cfg, batch, out.get("experts_touched"))
+                   + 2 * cfg.vocab_size * cfg.hidden_size)
         cache = n_layers * _cache_bytes_per_layer(cfg, batch, context)
         out.update(copy_tbps=tbps, floor_us=(weights + cache) / (tbps * 1e12) * 1e6)
     return out

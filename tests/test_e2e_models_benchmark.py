@@ -53,3 +53,29 @@ def test_the_logits_of_each_fast_way_are_compared_with_transformers():
     assert _table([row]).splitlines()[-1] == ("| llama | 2/32 | 1 | 64 | 10000.0 | 20000.0 | 40000.0 | 2.00x | - | "
                                               "logits vs transformers: compiled 0.0625, ratchet 0.125 |")
     assert _logits_note({"ratchet_error": "no --export package given"}) == ""
+
+
+def test_the_floor_counts_the_experts_the_routers_picked():
+    """One token reaches exactly top_k experts a layer; a batch reaches at most min(E, B x top_k). The
+    floor reads those, so at batch 32 it is not the 128 experts the tokens could reach."""
+    sys.path.insert(0, str(ROOT))
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from benchmarks.e2e_models import _read_weight_bytes, experts_touched
+    from ratchet.e2e.models import families
+
+    cfg = families.config("qwen3_moe", "tiny", n_layers=2)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg).eval()
+    k, experts = cfg.num_experts_per_tok, cfg.num_experts
+    with torch.no_grad():
+        one = experts_touched(model, lambda: model(torch.tensor([[3]])), k)
+        batch = experts_touched(model, lambda: model(torch.arange(16).reshape(16, 1)), k)
+    assert one == k
+    assert k < batch <= min(experts, 16 * k)
+    dense = _read_weight_bytes(cfg, 16, 0)
+    per_expert = 2 * 3 * cfg.hidden_size * cfg.moe_intermediate_size
+    assert _read_weight_bytes(cfg, 16, batch) == int(dense + batch * per_expert)
+    assert _read_weight_bytes(cfg, 16) == int(dense + min(experts, 16 * k) * per_expert)  # nothing counted
+    assert experts_touched(torch.nn.Linear(2, 2), lambda: None, k) is None  # no router: no count
