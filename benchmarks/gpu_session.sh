@@ -11,13 +11,13 @@
 #   call 1: CAMPAIGN_ARGS="--ops Qwen3MoeSparseMoeBlock,rmsnorm,decode_attention,rope --budget 4 --contexts 8192
 #           --batches 1,32 --prefill none --seed Qwen3MoeSparseMoeBlock=$PWD/benchmarks/agent_kernels/qwen3_moe_block.py"
 #           STAGES=campaign bash benchmarks/gpu_session.sh
-#   call 2: CAMPAIGN_IN=campaign.tgz STAGES=campaign (resumes where call 1 was cut; ~520 s for both on the
-#           H100, 2026-12-07)
-#   (the fifth round's files: add --seed Qwen3MoeSparseMoeBlock=$PWD/benchmarks/agent_kernels/qwen3_moe_block_v2.py
-#   and _v3.py to call 1; the run judges the user's files first, in order)
+#   call 2: CAMPAIGN_IN=campaign.tgz STAGES=campaign (resumes where call 1 was cut, if it was; with
+#           CAMPAIGN_S=550 the whole campaign fit one call, 434 s on the H100, 2026-12-07)
+#   (more files of the agent's: add --seed Qwen3MoeSparseMoeBlock=FILE for each to call 1; the run judges the
+#   user's files first, in order, each of them whatever the budget)
 #   call 3: CAMPAIGN_IN=campaign.tgz E2E_MODELS_ARGS="--models qwen3_moe --batches 1 32 --contexts 8192
-#           --layers 12 --row-timeout 170" STAGES=e2e_models bash benchmarks/gpu_session.sh (a row with a
-#           package took ~140 s; 32768 in a call of its own)
+#           --layers 12 --row-timeout 190 --first-row-timeout 200" STAGES=e2e_models bash benchmarks/gpu_session.sh
+#           (both rows 306 s on the warm machine right after the campaign; 32768 in a call of its own)
 # Optuna and Liger are not on the GPU image: fetch wheels with ../shared/device/wheels.sh, carry .whl and
 # install them first (the line at the top of that script); PYTHONPATH set by it is kept.
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src PYTHONUNBUFFERED=1
