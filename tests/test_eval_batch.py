@@ -101,3 +101,29 @@ def test_several_files_without_a_run_and_bad_usage(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 2 and [json.loads(line)["reasons"][0]["code"] for line in out.splitlines()] == ["bad_input"] * 2
     assert err.count("\n") == 1
+
+
+def test_a_chosen_shape_repeats_a_held_out_failure_in_seconds(tmp_path, capsys):
+    """A file wrong only at one odd size: the task's own shapes may never draw it, --shape checks exactly it
+    (every dtype), and the failed verdict names the machine that judged it. --shape without --no-timing, a
+    dim the task has not, or a value that is no positive integer: one line, exit 2."""
+    task = str(DATA / "tasks" / "axpby.py")
+    odd = tmp_path / "wrong_at_77.py"
+    odd.write_text("import torch\n\n\ndef kernel(x, y, a):\n"
+                   "    out = torch.add(y, x, alpha=a)\n"
+                   "    return out * 2 if x.shape[0] == 77 else out\n")
+    code = main(["eval", task, str(odd), "--device", "cpu", "--no-timing", "--json", "--shape", '{"N": 77}',
+                 "--shape", '{"N": 64}'])
+    verdict = json.loads(capsys.readouterr().out)
+    assert code == 1 and verdict["reasons"][0]["code"] == "wrong_output" and "{'N': 77}" in verdict["reasons"][0]["detail"]
+    assert verdict["device_name"].startswith("cpu ")  # named before anything failed
+    code = main(["eval", task, str(odd), "--device", "cpu", "--no-timing", "--json", "--shape", '{"N": 64}'])
+    verdict = json.loads(capsys.readouterr().out)
+    assert code == 0 and [(s["shape"], s["held_out"]) for s in verdict["shapes"]] == [({"N": 64}, False)] * len(
+        load_task(task).dtypes)
+    for bad, line in ((["--shape", '{"N": 64}'], "--shape goes with --no-timing"),
+                      (["--no-timing", "--shape", '{"M": 64}'], "axpby's cpu shapes have no dim M (its dims: N)"),
+                      (["--no-timing", "--shape", '{"N": 0}'], "give an object of positive integer dims")):
+        code = main(["eval", task, str(odd), "--device", "cpu", *bad])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and line in err

@@ -832,10 +832,12 @@ def _ideas(f: _Facts, limit: int | None) -> str:
 
 
 def _rules_levels(f: _Facts) -> list[Level]:
-    return [lambda: _rules(f, True), lambda: _rules(f, False)]
+    # The middle level leaves out the checks that cost no GPU time: program.md says them in full, and a
+    # brief for an LLM proposer has no use for them; the file format, the CUDA rule and the timing stay.
+    return [lambda: _rules(f, True), lambda: _rules(f, True, checks=False), lambda: _rules(f, False)]
 
 
-def _rules(f: _Facts, full: bool) -> str:
+def _rules(f: _Facts, full: bool, checks: bool = True) -> str:
     t = f.task
     lines = ["## Rules", "", "The candidate file:",
              f"- A Python file defining `{kernel_signature(t)}` (the reference's parameters, in order) that returns the "
@@ -857,10 +859,11 @@ def _rules(f: _Facts, full: bool) -> str:
     forbidden = ", ".join(f"`{op}`" for op in t.forbidden)
     lines.append(f"- Forbidden ops (seen by the profiler however they are reached, a fallback included; code "
                  f"`forbidden_call`): {forbidden}." if t.forbidden else "- Forbidden ops: none for this task.")
+    spec = _task_spec(t)
     if full:
-        spec = _task_spec(t)
-        lines += ["", "How the judge times (what speedup and kept mean):", *judge_facts.timing_protocol(f.device),
-                  "", "Cheaper checks before a judged attempt (no GPU needed):",
+        lines += ["", "How the judge times (what speedup and kept mean):", *judge_facts.timing_protocol(f.device)]
+    if full and checks:
+        lines += ["", "Cheaper checks before a judged attempt (no GPU needed):",
                   *judge_facts.correctness_only_check(spec),
                   "- " + judge_facts.compile_check(spec, judge_facts.gpu_arch(f.device_name) if f.device == "cuda"
                                                    else "sm_90")]

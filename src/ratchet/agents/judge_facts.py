@@ -61,12 +61,15 @@ def correctness_only_check(spec: str, rid_note: str = "") -> list[str]:
         "sizes), every dtype, the output and input guards. Seconds for plain torch; a Triton file runs "
         "each program in Python under the interpreter, a minute or more for a module of a model on two "
         "busy cores (81 s for a coding agent's MoE block, 2026-12-07): still far less than timing on a "
-        f"CPU, which says nothing about a GPU anyway. Not recorded in a run{rid_note}.",
+        f"CPU, which says nothing about a GPU anyway. Not recorded in a run{rid_note}. `--shape JSON` "
+        "(repeatable) checks one shape alone, every dtype: a held-out shape a verdict failed at.",
         "- It proves the math, the dtypes and the handling of odd sizes on small shapes. It does NOT prove "
         "that the file compiles for the GPU (the interpreter accepts code that Triton's compiler refuses, "
         "e.g. a tensor shaped differently in two branches of an `if`: run `ratchet check`), that it is "
         "correct at the GPU's shapes, races or memory-ordering bugs (the interpreter runs programs one "
-        "after another), CUDA-graph capture, or anything about speed.",
+        "after another), CUDA-graph capture, or anything about speed. Nor that compiled code computes what "
+        "the interpreter did (an agent's MoE kernel, right at 18 tokens there, was 97% wrong on an H100, "
+        "2026-12-07).",
         "- Because the interpreter runs the programs of a launch one after another, in order, a program "
         "that waits for another one (a spin on a flag or a counter another program sets, a grid-wide "
         "barrier) hangs under it: such a path cannot be checked on the CPU at all, only compiled by "

@@ -24,6 +24,11 @@ def register(sub, parser_class) -> None:
     ev.add_argument("--allow", action="append", default=[], metavar="OP",
                     help="allow a forbidden op by its profiler name (repeatable)")
     ev.add_argument("--no-timing", action="store_true", help="check correctness only")
+    ev.add_argument("--shape", action="append", default=[], metavar="JSON",
+                    help="with --no-timing: check this shape (at every dtype) instead of the task's public and "
+                         "held-out ones, e.g. a held-out shape a verdict failed at: '{\"B\": 9, \"S\": 2}'; "
+                         "repeatable. Dims the task's shape set has and the shape lacks take their value from its "
+                         "first public shape (the CPU set's narrowed width W, say)")
     ev.add_argument("--run", metavar="RUN", help="record each attempt in RUN, in order (proposer 'agent'), and apply "
                     "the keep rule; the run's task file and device judge it, and a candidate clearly slower than the "
                     "run's best at its heaviest shapes is no longer timed (raced; see 'ratchet program')")
@@ -58,17 +63,43 @@ def cmd_eval(args) -> int:
             device = resolve_device(args.device or (run and run["device"]))
             task = agents_api.task_for_run(run, args.task) if run else load_task(args.task)
             config = parse_config(args.config)
+            shapes = chosen_shapes(args.shape, task, device, args.no_timing)
         except (UsageError, TaskError, CandidateError, LedgerError) as exc:
             if args.json:  # programs reading stdout still get their object per file
                 for path in args.candidates:
                     bad = Verdict("error", [Reason("bad_input", str(exc))], task=args.task, candidate=path)
                     print(json.dumps(bad.to_json()), flush=True)
             raise
-        options = agents_api.batch_options(device, allow=tuple(args.allow), time_it=not args.no_timing)
+        options = agents_api.batch_options(device, allow=tuple(args.allow), time_it=not args.no_timing,
+                                           shapes=shapes)
         several = len(args.candidates) > 1
         results = agents_api.judge_files(task, args.candidates, options, config, ledger, run, args.idea,
                                          ncu=args.ncu, on_result=lambda judged: _show(judged, args.json, several))
     return agents_api.worst_exit_code(results)
+
+
+def chosen_shapes(texts: list[str], task, device: str, no_timing: bool) -> tuple[dict, ...]:
+    """``--shape`` values as whole shapes of the task's shape set for ``device``: each a JSON object of
+    integer dims the set has; the dims it leaves out are the set's first public shape's."""
+    if not texts:
+        return ()
+    if not no_timing:
+        raise UsageError("--shape goes with --no-timing: a time is judged over the task's own shapes")
+    base = dict(task.shape_set(device).public[0])
+    shapes = []
+    for text in texts:
+        try:
+            shape = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--shape {text!r}: not JSON ({exc.msg})") from None
+        if not isinstance(shape, dict) or not all(isinstance(v, int) and v > 0 for v in shape.values()):
+            raise UsageError(f"--shape {text!r}: give an object of positive integer dims, e.g. '{json.dumps(base)}'")
+        unknown = sorted(set(shape) - set(base))
+        if unknown:
+            raise UsageError(f"--shape {text!r}: {task.name}'s {device} shapes have no dim {', '.join(unknown)} "
+                             f"(its dims: {', '.join(base)})")
+        shapes.append({**base, **shape})
+    return tuple(shapes)
 
 
 def _show(judged, as_json: bool, several: bool) -> None:

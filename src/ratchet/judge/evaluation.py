@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 
 from ratchet.candidate import Candidate
-from ratchet.hardware.ceilings import JUDGE_CPU_THREADS
+from ratchet.hardware.ceilings import JUDGE_CPU_THREADS, device_identity
 from ratchet.judge.check import (as_tuple, check_dtypes, check_structure, check_values, inputs_unchanged,
                                  tensor_from_description)
 from ratchet.judge import box
@@ -89,6 +89,9 @@ class JudgeOptions:
     ceilings: Any = None  # hardware.ceilings.Ceilings; measured when None
     gpu_index: int | None = None  # which GPU (workers see only it); None: the current one
     guards: bool = True  # False only to measure what the guards cost: never for a real verdict
+    # Check these shapes (each at every dtype) instead of the task's public and held-out ones: a
+    # correctness-only diagnostic (refused with time_it), e.g. to repeat a held-out shape that failed.
+    shapes: tuple[dict, ...] = ()
     # Evaluations sharing a GPU (ratchet.run.loop): a judge.device_lock.DeviceLock, held shared for the
     # checks after the candidate's first call (which compiles, unlocked) and exclusively for each shape's
     # timing, so checks and compiles of several candidates overlap and nothing runs beside a timing.
@@ -162,6 +165,11 @@ class Evaluation:
         verdict = Verdict("pass", task=self.task.name, candidate=self.candidate.path, config=self.config,
                           device=self.device)
         try:
+            if self.opts.shapes and self.opts.time_it:
+                raise Abort([Reason("bad_input", "chosen shapes are for correctness-only checks: a time is "
+                                                 "judged over the task's own shapes")])
+            with self._on_judged_gpu():  # named before anything can fail: a failed attempt says where too
+                verdict.device_name = device_identity(self.device)[0]
             suspect = suspect_source(self.candidate.source) if self.opts.guards else []
             if suspect:
                 raise Abort([Reason("harness_tampered", f"the candidate's source uses {', '.join(suspect)}, "
@@ -289,6 +297,8 @@ class Evaluation:
 
     # -- correctness -----------------------------------------------------------------------------
     def shapes(self) -> list[tuple[dict, bool]]:
+        if self.opts.shapes:
+            return [(dict(s), False) for s in self.opts.shapes]
         shape_set = self.task.shape_set(self.device)
         public = [(dict(s), False) for s in shape_set.public]
         held = [(s, True) for s in shape_set.held_out.draw(self.rng)] if shape_set.held_out else []
