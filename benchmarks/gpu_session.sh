@@ -14,7 +14,7 @@
 #   call 2: CAMPAIGN_IN=campaign.tgz STAGES=campaign (resumes where call 1 was cut, if it was; with
 #           CAMPAIGN_S=550 the whole campaign fit one call, 434 s on the H100, 2026-12-07)
 #   (more files of the agent's: add --seed Qwen3MoeSparseMoeBlock=FILE for each to call 1, e.g. the sixth
-#   round's qwen3_moe_block_v4.py and _v5.py; the run judges the user's files first, in order, each of them
+#   round's qwen3_moe_block_v4.py; the run judges the user's files first, in order, each of them
 #   whatever the budget)
 #   call 3: CAMPAIGN_IN=campaign.tgz E2E_MODELS_ARGS="--models qwen3_moe --batches 1 32 --contexts 8192
 #           --layers 12 --row-timeout 190 --first-row-timeout 200" STAGES=e2e_models bash benchmarks/gpu_session.sh

@@ -25,7 +25,9 @@ import triton.language as tl
 
 TOPK = 8
 # One-token path tiles (v2's; first values chosen on paper, not timed). The multi-token tiles are fixed.
-SPACE = {"BN1": [4, 8, 2, 16], "BKG1": [1024, 2048, 512], "NWA": [4, 8, 2],
+# SORTED1=0: at one token the router's top-k skips its reordering launch (sorted=False); the set, each value's
+# index and the ties are the same gather's on CUDA, and the one-token kernels never use the slots' order.
+SPACE = {"SORTED1": [1, 0], "BN1": [4, 8, 2, 16], "BKG1": [1024, 2048, 512], "NWA": [4, 8, 2],
          "BH1": [8, 4, 16], "BKD1": [256, 128, 512], "NWB": [8, 4]}
 # Keep the per-iteration weight tiles in registers without spills.
 CONSTRAINTS = ["BN1 * BKG1 <= 8192", "BH1 * BKD1 <= 4096"]
@@ -185,7 +187,7 @@ def _combine_kernel(y_ptr, out_ptr, HD, K: tl.constexpr, BLOCK: tl.constexpr):
 
 
 def kernel(x0, experts_gate_up_proj, experts_down_proj, gate_weight,
-           BN1=4, BKG1=1024, NWA=4, BH1=8, BKD1=256, NWB=8):
+           SORTED1=1, BN1=4, BKG1=1024, NWA=4, BH1=8, BKD1=256, NWB=8):
     Bsz, S, HD = x0.shape
     T = Bsz * S
     E, I2, _ = experts_gate_up_proj.shape
@@ -199,7 +201,7 @@ def kernel(x0, experts_gate_up_proj, experts_down_proj, gate_weight,
     # Router, exactly as the model's Qwen3MoeTopKRouter (logits in the input dtype, softmax in fp32, topk).
     logits = F.linear(x, gate_weight)
     probs = torch.softmax(logits, dim=-1, dtype=torch.float)
-    top_p, top_i = torch.topk(probs, K, dim=-1)
+    top_p, top_i = torch.topk(probs, K, dim=-1, sorted=bool(SORTED1) or T != 1)
     top_i = top_i.contiguous()
     out = torch.empty((T, HD), device=dev, dtype=x0.dtype)
 
