@@ -23,6 +23,9 @@ BEST_SOURCE = (
     "def kernel(x, weight, eps, ROWS=2):\n    return best_marker_rows(x, weight, eps, ROWS)  # the best's body\n"
 )
 PENDING, DROPPED = "split the row across programs at T=1", "a lookup table for rsqrt"
+# What judged the run's attempts: the brief names the newest (an agent elsewhere cannot see the GPU side's)
+OLD_SOFTWARE = {"torch": "2.10.0+cu128", "triton": "3.5.1", "cuda": "12.8"}
+SOFTWARE = {"torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0"}
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +59,7 @@ def cuda_ledger(path) -> tuple[Ledger, str]:
     led.add_idea("rmsnorm", PENDING)
     led.set_idea_status(led.add_idea("rmsnorm", DROPPED), "dropped")
     first = led.record_attempt(run, "seeds/triton_rowwise.py", "def kernel(x, weight, eps):\n    return x\n",
-                               {"BLOCK": 128}, make_verdict(speedup=1.5), "tune")
+                               {"BLOCK": 128}, {**make_verdict(speedup=1.5), "software": OLD_SOFTWARE}, "tune")
     led.set_best(run, first)
     led.record_attempt(run, "llm/cheat.py", "def kernel(x, weight, eps):\n    x.zero_()\n", {},
                        make_verdict("fail", None, [Reason("input_mutated", "x changed at row 3 after the call")]), "llm")
@@ -66,7 +69,7 @@ def cuda_ledger(path) -> tuple[Ledger, str]:
                               idea_id=tried)
     led.set_best(run, best)
     led.record_attempt(run, "llm/slow.py", "def kernel(x, weight, eps):\n    return slow(x)\n", {},
-                       make_verdict(speedup=1.1), "llm")
+                       {**make_verdict(speedup=1.1), "software": SOFTWARE}, "llm")
     return led, run
 
 
@@ -85,6 +88,8 @@ def test_brief_holds_what_an_agent_needs(tmp_path, rmsnorm):
         assert f"| {shape} |" in goal
     assert "| T=16384 H=8192 | 0.5 | 112 |" in goal  # 536,887,296 bytes at 4.8 TB/s; weight 0.5 (prefill)
     assert "memory-bound" in goal and "ridge point" in goal
+    assert "The run's judge: torch 2.11.0+cu130, triton 3.6.0, cuda 13.0." in parts["Hardware"]
+    assert "2.10.0" not in brief
     # The task: its reference and cost model as written in the task file.
     assert inspect.getsource(rmsnorm.reference) in task and "def cost(shape, dtype):" in task
     assert "H in [4096, 5120, 7168, 8192, 2880, 3003]" in task

@@ -117,6 +117,10 @@ def test_a_chosen_shape_repeats_a_held_out_failure_in_seconds(tmp_path, capsys):
     verdict = json.loads(capsys.readouterr().out)
     assert code == 1 and verdict["reasons"][0]["code"] == "wrong_output" and "{'N': 77}" in verdict["reasons"][0]["detail"]
     assert verdict["device_name"].startswith("cpu ")  # named before anything failed
+    import torch
+    import triton
+
+    assert verdict["software"] == {"torch": torch.__version__, "triton": triton.__version__}  # no CUDA on a CPU run
     code = main(["eval", task, str(odd), "--device", "cpu", "--no-timing", "--json", "--shape", '{"N": 64}'])
     verdict = json.loads(capsys.readouterr().out)
     assert code == 0 and [(s["shape"], s["held_out"]) for s in verdict["shapes"]] == [({"N": 64}, False)] * len(

@@ -415,6 +415,11 @@ def _hardware(f: _Facts, detail: int) -> str:
                      f"{_num(c.get('matmul_tflops'))} TFLOP/s ({c.get('method', '')})." if c and c.get("copy_tbps")
                      else "Measured ceilings: none cached for this device (`ratchet hw` shows them once the judge "
                      "has measured).")
+    software = next((a["extra"]["software"] for a in reversed(f.attempts) if (a.get("extra") or {}).get("software")),
+                    None)
+    if software:  # what the judge runs, which an agent on another machine cannot see
+        names = sorted(software, key=lambda n: (("torch", "triton", "cuda") + (n,)).index(n))
+        lines.append("The run's judge: " + ", ".join(f"{n} {software[n]}" for n in names) + ".")
     return "\n".join(lines)
 
 

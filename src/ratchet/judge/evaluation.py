@@ -118,6 +118,20 @@ class JudgeProgress:
     elapsed_s: float
 
 
+def software_versions(device: str) -> dict[str, str]:
+    """torch's and Triton's versions here (the workers are this interpreter's), and CUDA's on a GPU."""
+    versions = {"torch": torch.__version__}
+    try:
+        import triton
+
+        versions["triton"] = triton.__version__
+    except ImportError:
+        pass
+    if device == "cuda" and torch.version.cuda:
+        versions["cuda"] = torch.version.cuda
+    return versions
+
+
 class Abort(Exception):
     """Stop the evaluation with these reasons."""
 
@@ -170,6 +184,7 @@ class Evaluation:
                                                  "judged over the task's own shapes")])
             with self._on_judged_gpu():  # named before anything can fail: a failed attempt says where too
                 verdict.device_name = device_identity(self.device)[0]
+            verdict.software = software_versions(self.device)
             suspect = suspect_source(self.candidate.source) if self.opts.guards else []
             if suspect:
                 raise Abort([Reason("harness_tampered", f"the candidate's source uses {', '.join(suspect)}, "

@@ -108,6 +108,9 @@ class Verdict:
     config: dict[str, Any] = field(default_factory=dict)
     device: str = ""
     device_name: str = ""
+    # What judged it: torch, triton and CUDA versions of the judging process (a kernel's behaviour can
+    # change with them, and an agent with no GPU cannot see them otherwise)
+    software: dict[str, str] = field(default_factory=dict)
     judge_wall_s: float = 0.0
     phases_s: dict[str, float] = field(default_factory=dict)  # start, correctness, timing
     # Where a slow evaluation's time went: the judging thread's own CPU seconds ("cpu"; the loop judges in
