@@ -231,3 +231,24 @@ def test_a_module_that_chooses_on_values_is_found_by_its_own_ops():
     assert chooses_on_values(SimpleNamespace(uncovered_ops={"decode": ("aten::mul", "aten::topk")}))
     assert chooses_on_values(SimpleNamespace(uncovered_ops={"decode": (), "prefill": ("sort",)}))
     assert not chooses_on_values(SimpleNamespace(uncovered_ops={"decode": ("aten::gelu", "aten::mul")}))
+
+
+def test_a_model_built_on_torchs_own_layer_norm_extracts_it(tmp_path, capsys):
+    """StableLM normalises with torch.nn.LayerNorm, whose constructor takes a tuple (normalized_shape) that
+    the model's config has no field for: the task is built from the instance's own values, and its seed
+    (the module itself) passes the judge. It was a traceback out of `ratchet profile --extract` and
+    `ratchet optimize`."""
+    from transformers import StableLmConfig
+
+    StableLmConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, vocab_size=512).save_pretrained(tmp_path / "stablelm")
+    code = main(["profile", str(tmp_path / "stablelm"), "--device", "cpu", "--extract", str(tmp_path / "tasks")])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    (folder,) = [p for p in (tmp_path / "tasks").iterdir() if p.name.endswith("_LayerNorm")]
+    task_file = (folder / "task.py").read_text()
+    assert "'normalized_shape': (64,)" in task_file and "torch.nn.modules.normalization" in task_file
+    task = load_task(str(folder / "task.py"))
+    verdict = evaluate(task, load_candidate(str(folder / "seeds" / "torch_reference.py")), None,
+                       JudgeOptions(device="cpu", time_it=False))
+    assert verdict.verdict == "pass", verdict.reasons

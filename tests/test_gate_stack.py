@@ -147,6 +147,20 @@ def cli(*argv: str) -> tuple[int, str, str]:
         code = main(list(argv))
     return code, out.getvalue(), err.getvalue()
 
+# Its honest twin: a host read on the first call only, as a lazy setup (a module built and moved to the
+# device once) does. A real capture warms up before it captures, so this one captures.
+ONCE = f"""
+import torch
+
+_SCALE = []
+
+
+def kernel(x, weight, eps):
+    if not _SCALE:
+        _SCALE.append(float(weight.abs().max()))  # read once, before any capture
+    return {_NORM}
+"""
+
 
 class Lab:
     def __init__(self, tmp) -> None:
@@ -156,6 +170,7 @@ class Lab:
             self.wrong = record_best(led, "rmsnorm", WRONG_RMSNORM)
             self.slow = record_best(led, "decode_attention", SLOW_ATTENTION)
             self.breakers = {name: record_best(led, "rmsnorm", src) for name, src in CAPTURE_BREAKERS.items()}
+            self.once = record_best(led, "rmsnorm", ONCE)
             self.silu = record_best(led, "silu_mul", SILU_MUL)  # never gated
             self.softmax = record_best(led, "softmax", "def kernel(x):\n    return x.softmax(-1)\n")
             self.custom = record_best(led, "gelu", "def kernel(x):\n    return x\n")
@@ -217,6 +232,12 @@ def test_a_kernel_that_breaks_graph_capture_fails(lab, name):
     assert "rmsnorm" in first["detail"] and "simulated" in first["detail"]
     assert first["kernel_us"] is None  # nothing was timed
     assert all(s["verdict"] == "skipped" for s in rest) and len(rest) == 6
+
+
+def test_a_kernel_that_reads_the_host_only_on_its_first_call_captures(lab):
+    _, out = lab.gate(lab.once)
+    assert out["settings"] and all(s["reason"] != "graph_capture" for s in out["settings"])
+    assert out["settings"][0]["kernel_us"] is not None  # it was timed
 
 
 def test_a_wrong_kernel_fails_on_the_logits(lab):
@@ -437,3 +458,22 @@ def test_a_model_that_fails_in_the_gate_is_one_line(lab, tmp_path, monkeypatch):
     assert code == 2 and out == "" and len(errors) == 1 and "Traceback" not in err
     assert "at decode B=1 length 64: IndexError: index 64 is out of bounds" in errors[0]
     assert "test_gate_stack.py" in errors[0]  # where it was raised
+
+
+def test_a_kernel_the_model_would_never_run_does_not_pass():
+    """Every call of the op in the model lies outside what the judge passed (an fp32 model, a kernel judged in
+    bf16): the gate timed the kernel where a package would run the model's own op, so it does not pass. One
+    call inside, at any setting, and it can."""
+    from ratchet.e2e.gate import GateResult, SettingResult
+
+    def result(*counts):
+        settings = [SettingResult("decode", 1, 64, "simulated", verdict="pass", calls_judged=c) for c in counts]
+        return GateResult(run="r1", workload="olmo2", op="decode_attention", size="tiny", device="cpu",
+                          device_name="cpu", attempt={}, settings=settings)
+
+    nowhere = result((0, 16), (0, 16))
+    assert not nowhere.passed and [r["code"] for r in nowhere.reasons] == ["no_judged_calls"]
+    assert nowhere.to_json()["verdict"] == "fail" and "never run the kernel" in nowhere.reasons[0]["detail"]
+    somewhere = result((0, 16), (2, 16))
+    assert somewhere.passed and somewhere.reasons == []
+    assert result(None, None).passed  # nothing counted (no judged ranges known): the timing decides

@@ -428,7 +428,10 @@ class Campaign:
         try:
             result = run_stack(self.ledger, StackRequest(workload=r.model, runs=tuple(passed), size=r.size,
                                                          device=r.device, batch=batch, context=context,
-                                                         compile=r.device == "cuda", grid=grid), self.gates_dir)
+                                                         compile=r.device == "cuda", grid=grid,
+                                                         no_compile_why="a campaign on a CPU stacks without "
+                                                         "compiling: Inductor takes minutes there"),
+                               self.gates_dir)
         except StackError as exc:
             self.state["stack"] = {"measured": None, "detail": str(exc)}
             self.save()

@@ -41,6 +41,13 @@ from ratchet.e2e.profile import PHASE_WEIGHTS, Profile, dtype_name
 CPU_TOKENS = 64  # the CPU set's calls hold at most this many tokens (the product of the named dims)
 _DIM_NAMES = {1: ("T",), 2: ("B", "S")}
 _SCALARS = (bool, int, float, str, type(None))
+
+
+def _literal(value) -> bool:
+    """A constructor argument a task file can write as a literal: a scalar, or a flat tuple or list of them
+    (nn.LayerNorm's ``normalized_shape``, (64,))."""
+    return isinstance(value, _SCALARS) or (isinstance(value, (tuple, list))
+                                           and all(isinstance(v, _SCALARS) for v in value))
 # Ops that choose on their inputs' values (an MoE router's top-k). A module running one is judged against
 # itself at its own dtype: a higher-precision reference picks other experts on near ties, and then every
 # element of that token's output differs. On an H100 (2026-12-07) Qwen3-MoE's block in bf16 failed its own
@@ -190,13 +197,14 @@ def _init_kwargs(module: nn.Module, path: str, config) -> dict:
         elif p.name == "layer_idx" and (getattr(module, "layer_idx", None) is not None or layer_of(path) is not None):
             kwargs["layer_idx"] = getattr(module, "layer_idx", None) if getattr(module, "layer_idx", None) is not None \
                 else layer_of(path)
-        elif hasattr(module, p.name) and isinstance(getattr(module, p.name), _SCALARS) and not isinstance(
+        elif hasattr(module, p.name) and _literal(getattr(module, p.name)) and not isinstance(
                 getattr(type(module), p.name, None), property):
             # hasattr first: None is a scalar here, and a missing attribute (Embedding's `_weight`) is not one
             kwargs[p.name] = getattr(module, p.name)
         elif p.default is not p.empty:
             continue
-        elif config is not None and isinstance(getattr(config, p.name, None), _SCALARS):
+        elif config is not None and hasattr(config, p.name) and _literal(getattr(config, p.name)):
+            # hasattr first: the config has no field of every argument's name (nn.LayerNorm's normalized_shape)
             kwargs[p.name] = getattr(config, p.name)
         else:
             raise ModuleExtractError(f"cannot tell {type(module).__name__}'s constructor argument '{p.name}'")

@@ -200,14 +200,22 @@ class CaptureSimulation:
             self._unpatch()
 
 
-def simulate_capture(bench: DecodeBench, registry: OpRegistry, op: str, kernel: Callable) -> str | None:
-    """Run one eager decode step with ``kernel`` watched; why a capture would break, or None."""
+def simulate_capture(bench: DecodeBench, registry: OpRegistry, op: str, kernel: Callable,
+                     warmup: int = 2) -> str | None:
+    """Run one eager decode step with ``kernel`` watched; why a capture would break, or None. The steps
+    before it run unwatched, as a real capture's warm-up does (``DecodeStep``): what a kernel does once,
+    the first time (build a module, move it to the device), happens there, not under the capture."""
     sim = CaptureSimulation()
 
     def watched(*args):
         with sim:
             return kernel(*args)
 
+    apply_impls(registry, {op: kernel})
+    warm = bench.runner(cuda_graph=False)
+    for _ in range(warmup):
+        warm.step()
+    bench.reset()
     apply_impls(registry, {op: watched})
     step = bench.runner(cuda_graph=False)
     try:
@@ -285,11 +293,24 @@ class GateResult:
     @property
     def passed(self) -> bool:
         ran = [s for s in self.settings if s.verdict != "skipped"]
-        return self.error is None and bool(ran) and all(s.verdict == "pass" for s in ran)
+        return (self.error is None and bool(ran) and all(s.verdict == "pass" for s in ran)
+                and not self.runs_nowhere)
+
+    @property
+    def runs_nowhere(self) -> bool:
+        """No call of the op in any setting lies inside the shapes and dtypes the judge passed: the gate
+        timed the kernel on calls an exported package would give the model's own op, so its speed says
+        nothing about what ships (an fp32 model with a kernel judged in bf16 only, say)."""
+        counted = [s.calls_judged for s in self.settings if s.verdict != "skipped" and s.calls_judged]
+        return bool(counted) and all(inside == 0 for inside, _ in counted) and any(total for _, total in counted)
 
     @property
     def reasons(self) -> list[dict]:
         out = [{"code": "kernel_error", "detail": self.error}] if self.error else []
+        if self.runs_nowhere:
+            out.append({"code": "no_judged_calls", "detail": f"none of the model's calls of {self.op} lies inside "
+                        "the shapes and dtypes the judge passed, so an exported package would never run the kernel "
+                        "(judge the task at the model's shapes and dtype)"})
         out += [{"code": s.reason, "detail": f"{s.label}: {s.detail}"} for s in self.settings if s.verdict == "fail"]
         return out
 

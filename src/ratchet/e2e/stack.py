@@ -64,6 +64,7 @@ class StackRequest:
     context: int
     compile: bool = True
     compile_mode: str = "default"
+    no_compile_why: str = "--no-compile"  # what the note says when ``compile`` is off
     seed: int = 0
     grid: Any = None  # a GateGrid: the gate must have covered it (default: the size's default grid)
 
@@ -286,7 +287,8 @@ def _plan(request: StackRequest, promoted: list[Promoted], notes: list[str]) -> 
         label = "torch.compile + CUDA graphs" if cuda else "torch.compile (no CUDA graphs on a CPU)"
         plans.append(_Plan(Layer(f"{label}, without Ratchet's kernels", "reference"), {}, cuda, True))
     else:
-        notes.append("torch.compile layer and the torch.compile + CUDA graphs reference skipped (--no-compile)")
+        notes.append(f"torch.compile layer and the torch.compile + CUDA graphs reference skipped "
+                     f"({request.no_compile_why})")
     if request.device == "cpu":
         notes.append("CPU timings say nothing about GPUs")
     return plans

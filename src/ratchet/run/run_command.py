@@ -117,7 +117,10 @@ def _start(ledger: Ledger, request: RunRequest, console, started: float, task, c
         loop = Loop(ledger, run_id, task, proposer, limits, judge_options, on_event=display, candidates=known,
                     executor=executor)
         replayed = loop.replay()
-        verb = f"resuming run {run_id} ({replayed} attempts recorded)" if request.resume else f"run {run_id} started"
+        # A campaign starts its runs through resume (created first, so a kill never starts one twice): a run
+        # with nothing recorded is starting, whatever the path.
+        verb = (f"resuming run {run_id} ({replayed} attempts recorded)" if request.resume and replayed
+                else f"run {run_id} started")
         where = "" if executor is None else f" over a Ray cluster ({len(executor.slots)} actors)"
         console.print(f"{verb}: {task.name} on {request.device}{where}, {len(candidates)} seed(s), proposer "
                       f"{described}", highlight=False)
