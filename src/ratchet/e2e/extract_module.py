@@ -42,12 +42,6 @@ CPU_TOKENS = 64  # the CPU set's calls hold at most this many tokens (the produc
 _DIM_NAMES = {1: ("T",), 2: ("B", "S")}
 _SCALARS = (bool, int, float, str, type(None))
 
-
-def _literal(value) -> bool:
-    """A constructor argument a task file can write as a literal: a scalar, or a flat tuple or list of them
-    (nn.LayerNorm's ``normalized_shape``, (64,))."""
-    return isinstance(value, _SCALARS) or (isinstance(value, (tuple, list))
-                                           and all(isinstance(v, _SCALARS) for v in value))
 # Ops that choose on their inputs' values (an MoE router's top-k). A module running one is judged against
 # itself at its own dtype: a higher-precision reference picks other experts on near ties, and then every
 # element of that token's output differs. On an H100 (2026-12-07) Qwen3-MoE's block in bf16 failed its own
@@ -56,6 +50,13 @@ DISCRETE_OPS = frozenset({"topk", "sort", "argsort", "argmax", "argmin", "kthval
                           "searchsorted", "unique", "bucketize"})
 # A module chains several ops, each rounding: a bit looser than one op's table.
 _TOLERANCES = {"float32": (1e-4, 1e-4), "float16": (5e-3, 5e-3), "bfloat16": (3e-2, 3e-2), "float64": (1e-8, 1e-8)}
+
+
+def _literal(value) -> bool:
+    """A constructor argument a task file can write as a literal: a scalar, or a flat tuple or list of them
+    (nn.LayerNorm's ``normalized_shape``, (64,))."""
+    return isinstance(value, _SCALARS) or (isinstance(value, (tuple, list))
+                                           and all(isinstance(v, _SCALARS) for v in value))
 
 
 class ModuleExtractError(Exception):
