@@ -14,11 +14,12 @@
 #   call 2: CAMPAIGN_IN=campaign.tgz STAGES=campaign (resumes where call 1 was cut, if it was; with
 #           CAMPAIGN_S=550 the whole campaign fit one call, 434 s on the H100, 2026-12-07)
 #   (more files of the agent's: add --seed Qwen3MoeSparseMoeBlock=FILE for each to call 1, e.g. the sixth
-#   round's qwen3_moe_block_v4.py; the run judges the user's files first, in order, each of them
-#   whatever the budget)
+#   round's qwen3_moe_block_v4.py, the block's best so far; the run judges the user's files first, in
+#   order, each of them whatever the budget; with v1 and v4, CAMPAIGN_S=560: 444 s, H100, 2026-12-07)
 #   call 3: CAMPAIGN_IN=campaign.tgz E2E_MODELS_ARGS="--models qwen3_moe --batches 1 32 --contexts 8192
 #           --layers 12 --row-timeout 190 --first-row-timeout 200" STAGES=e2e_models bash benchmarks/gpu_session.sh
-#           (both rows 306 s on the warm machine right after the campaign; 32768 in a call of its own)
+#           (both rows 265-306 s on the warm machine right after the campaign; 32768 in a call of its own:
+#           --contexts 32768 --row-timeout 260 --first-row-timeout 270 with E2E_MODELS_S=540, 305 s)
 # Optuna and Liger are not on the GPU image: fetch wheels with ../shared/device/wheels.sh, carry .whl and
 # install them first (the line at the top of that script); PYTHONPATH set by it is kept.
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src PYTHONUNBUFFERED=1
