@@ -278,3 +278,21 @@ def test_the_brief_says_in_which_dtype_the_judge_runs_the_reference(rmsnorm):
     own = dataclasses.replace(rmsnorm, dtypes=(torch.bfloat16,), reference_dtype=torch.bfloat16)
     brief = build_brief(own, None, device="cpu")
     assert "Reference (the judge runs it at the task's own dtype, not upcast," in brief and "fp64" not in brief
+
+
+def test_a_failed_attempt_in_the_history_says_where_it_was_right_before_it_failed(tmp_path, rmsnorm):
+    from ratchet.judge.verdict import ShapeResult, Verdict
+
+    led = Ledger(tmp_path / "l.sqlite")
+    run = new_run(led, device="cuda", device_name="NVIDIA H200")
+    shapes = [ShapeResult(shape={"T": 1, "H": 4096}, dtype="bfloat16"),
+              ShapeResult(shape={"T": 9, "H": 2048}, dtype="bfloat16", held_out=True, correct=False)]
+    failed = Verdict("fail", [Reason("wrong_output", "held-out shape {'T': 9, 'H': 2048} bfloat16 output 0: "
+                                                     "4 of 18432 elements beyond atol")], shapes=shapes,
+                     task="rmsnorm", candidate="v2.py", device="cuda", device_name="NVIDIA H200")
+    led.record_attempt(run, "agent/v2.py", "def kernel(x, weight, eps):\n    return x\n", {},
+                       failed.to_json(with_times=True), "agent")
+    with led:
+        history = sections(build_brief(rmsnorm, led, run))["History"]
+    line = next(line for line in history.splitlines() if "wrong_output" in line and "#1" in line)
+    assert line.endswith("; right before it at H=4096 T=1 bfloat16"), line  # the ledger sorts keys

@@ -57,3 +57,33 @@ def test_an_honest_kernel_keeps_the_declared_row_order(tmp_path, monkeypatch):
     assert [(r.shape["N"], r.held_out) for r in verdict.shapes][:2] == [(4096, False), (1000, False)]
     assert checked[0] == ({"N": 1000}, False) and len(checked) == 3 and started[0] == 1  # after the first shape
     assert all(r.reps for r in verdict.shapes if not r.held_out)
+
+
+def test_a_failed_verdict_lists_the_shapes_found_right_and_the_one_it_failed_at(tmp_path, monkeypatch):
+    verdict, checked, _ = judged(monkeypatch, reversed_task(tmp_path), "axpby_wrong_large.py")
+    assert verdict.verdict == "fail"
+    assert [(r.shape, r.held_out, r.correct) for r in verdict.shapes] == [({"N": 1000}, False, True),
+                                                                         ({"N": 4096}, False, False)]
+    assert verdict.speedup is None and all(r.median_us is None for r in verdict.shapes)
+    rows = verdict.to_json()["shapes"]  # what `ratchet eval --json` prints and the ledger keeps
+    assert [r["correct"] for r in rows] == [True, False]
+
+
+def test_a_kernel_wrong_at_its_first_shape_lists_only_that_one(tmp_path, monkeypatch):
+    verdict, _, _ = judged(monkeypatch, reversed_task(tmp_path), "axpby_wrong.py", time_it=True)
+    assert [(r.shape, r.correct) for r in verdict.shapes] == [({"N": 1000}, False)]
+
+
+def test_the_console_says_where_a_failed_verdict_was_right_and_where_it_failed(tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from ratchet.report.console import print_verdict
+
+    verdict, _, _ = judged(monkeypatch, reversed_task(tmp_path), "axpby_wrong_large.py")
+    out = io.StringIO()
+    print_verdict(verdict, Console(file=out, width=200, color_system=None))
+    lines = out.getvalue().splitlines()
+    assert "  shapes found right before it ended: N=1000 float32" in lines
+    assert "  failed at: N=4096 float32" in lines

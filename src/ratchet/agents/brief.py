@@ -784,7 +784,19 @@ def _attempt_line(a: dict) -> str:
         text += f" — {r['code']}: {_one_line(r.get('detail', ''), 140)}"
         if len(reasons) > 1:
             text += f" (+{len(reasons) - 1} more: {', '.join(x['code'] for x in reasons[1:4])})"
+        text += _right_before(a)
     return text
+
+
+def _right_before(a: dict) -> str:
+    """Where a failed attempt was right before it failed ("" if nowhere): an agent with no GPU learns
+    which shapes passed there and can repeat the failing one alone (`ratchet eval --shape`)."""
+    right = [r for r in a.get("shapes") or [] if r.get("correct", True)]
+    if a["verdict"] == "pass" or not right:
+        return ""
+    shown = "; ".join(" ".join(f"{k}={v}" for k, v in r["shape"].items()) + f" {r.get('dtype') or ''}"
+                      for r in right[:3])
+    return f"; right before it at {shown}" + (f" and {len(right) - 3} more" if len(right) > 3 else "")
 
 
 def _dead_line(g: _Group, best: dict | None) -> str:
@@ -795,9 +807,10 @@ def _dead_line(g: _Group, best: dict | None) -> str:
     why = ", ".join(f"{c} ×{n}" for c, n in codes.most_common(3))
     if g.top is None:
         why = why or "no reasons recorded"
-        last_reason = next((r for a in reversed(g.attempts) for r in _reasons(a)), None)
+        last = next(((a, r) for a in reversed(g.attempts) for r in _reasons(a)), None)
         return head + f"none passed ({why})" + (
-            f"; last: {last_reason['code']}: {_one_line(last_reason.get('detail', ''), 100)}" if last_reason else "")
+            f"; last: {last[1]['code']}: {_one_line(last[1].get('detail', ''), 100)}{_right_before(last[0])}"
+            if last else "")
     than = f" ({best['speedup']:.2f}x)" if best else ""
     return head + f"passed, top {g.top:.3f}x, never beat the best{than}" + (f"; other configs: {why}" if why else "")
 

@@ -62,7 +62,8 @@ def correctness_only_check(spec: str, rid_note: str = "") -> list[str]:
         "each program in Python under the interpreter, a minute or more for a module of a model on two "
         "busy cores (81 s for a coding agent's MoE block, 2026-12-07): still far less than timing on a "
         f"CPU, which says nothing about a GPU anyway. Not recorded in a run{rid_note}. `--shape JSON` "
-        "(repeatable) checks one shape alone, every dtype: a held-out shape a verdict failed at.",
+        "(repeatable) checks one shape alone, every dtype: a held-out shape a verdict failed at (a "
+        "failed verdict's `shapes` end with it, `correct: false`, after those found right before it).",
         "- It proves the math, the dtypes and the handling of odd sizes on small shapes. It does NOT prove "
         "that the file compiles for the GPU (the interpreter accepts code that Triton's compiler refuses, "
         "e.g. a tensor shaped differently in two branches of an `if`: run `ratchet check`), that it is "

@@ -172,6 +172,9 @@ class Evaluation:
         # Noise-prone checks that failed once and passed when repeated (_check_shape, _time_mode): said in
         # the verdict's notes, whatever the verdict.
         self.confirmations: list[str] = []
+        # The shapes checked so far, in the order checked (a failing one last, marked not correct): the
+        # shapes of a verdict that ends before timing.
+        self.checked: list[ShapeResult] = []
 
     # -- the whole evaluation --------------------------------------------------------------------
     def run(self) -> Verdict:
@@ -218,8 +221,10 @@ class Evaluation:
             verdict.shapes = rows
         except Abort as abort:
             verdict.reasons = abort.reasons
+            verdict.shapes = list(self.checked)
         except WorkerFailure as failure:
             verdict.reasons = [Reason(failure.code, failure.detail)]
+            verdict.shapes = list(self.checked)
         finally:
             for worker in (self.cand, self.ref):
                 if worker is not None:
@@ -333,9 +338,17 @@ class Evaluation:
             first = " (first call: compile)" if self.first_call else ""
             self._report("correctness", f"{'held-out ' if held_out else ''}shape {shape} "
                          f"{str(dtype).removeprefix('torch.')}{first}", step + 1, len(plan))
-            self._check_shape(shape, dtype, held_out)
-            rows[i] = ShapeResult(shape=shape, dtype=str(dtype).removeprefix("torch."), held_out=held_out,
-                                  weight=self.task.shape_weight(shape))
+            row = ShapeResult(shape=shape, dtype=str(dtype).removeprefix("torch."), held_out=held_out,
+                              weight=self.task.shape_weight(shape))
+            try:
+                self._check_shape(shape, dtype, held_out)
+            except Abort:
+                # A failed verdict lists what was found right before it, and where it went wrong: an agent
+                # repeats the failing shape alone (`ratchet eval --shape`) and knows which ones passed.
+                self.checked.append(replace(row, correct=False))
+                raise
+            self.checked.append(row)
+            rows[i] = row
             if step == 0:
                 self._start_reference()
         return rows

@@ -42,9 +42,13 @@ def print_verdict(verdict: Verdict, console: Console | None = None, counters: di
         show(console, table)
     if counters:
         console.print(escape(counters_line(counters)), soft_wrap=True)
-    held = [s for s in verdict.shapes if s.held_out]
-    if held:
-        console.print(f"  held-out shapes checked: {', '.join(str(s.shape) for s in held)}")
+    if verdict.verdict == "pass":
+        held = [s for s in verdict.shapes if s.held_out]
+        if held:
+            console.print(f"  held-out shapes checked: {', '.join(str(s.shape) for s in held)}")
+    else:
+        for line in checked_before_failure(verdict.to_json()):
+            console.print(f"  {escape(line)}")
     for note in verdict.notes:
         console.print(f"  note: {note}")
     phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in verdict.phases_s.items())
@@ -152,6 +156,19 @@ def print_run_summary(run: dict, attempts: list[dict], best: dict | None, elapse
                   f"interleaved with the kernel in the same evaluation) / the kernel, per shape, on "
                   f"{run['device_name'] or run['device']}", highlight=False, soft_wrap=True)
     return counts
+
+
+def checked_before_failure(verdict: dict) -> list[str]:
+    """For a verdict that is not a pass: the shapes found right before it ended, and the one it failed at."""
+    def label(row):
+        held = "held-out " if row.get("held_out") else ""
+        return f"{held}{' '.join(f'{k}={v}' for k, v in row['shape'].items())} {row.get('dtype') or ''}".strip()
+
+    rows = verdict.get("shapes") or []
+    right = [label(r) for r in rows if r.get("correct", True)]
+    wrong = [label(r) for r in rows if not r.get("correct", True)]
+    lines = [f"shapes found right before it ended: {', '.join(right)}"] if right else []
+    return lines + [f"failed at: {', '.join(wrong)}"] if wrong else lines
 
 
 def best_bottlenecks(attempt: dict) -> list[dict]:
