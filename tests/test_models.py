@@ -374,3 +374,37 @@ def test_a_transformers_decode_step_is_captured_in_a_cuda_graph(family):
     graphed = bench.runner(cuda_graph=True)
     bench.reset()
     torch.testing.assert_close(graphed.step().float(), eager, atol=2e-2, rtol=2e-2)
+
+
+def _granite_dir(tmp_path, multiplier: float):
+    """A tiny Granite config folder (no weights): its attention scales scores by ``attention_multiplier``."""
+    from transformers import GraniteConfig
+
+    config = GraniteConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, attention_multiplier=multiplier)
+    folder = tmp_path / f"granite_{multiplier}"
+    config.save_pretrained(folder)
+    return folder
+
+
+def test_attention_scaled_otherwise_than_decode_attention_is_kept_and_says_why(tmp_path):
+    """Granite's attention_multiplier (0.0078 here; 1/sqrt(16) = 0.25 is decode_attention's scale): the
+    attention stays the model's, the adaptation says why, and the model still decodes its own logits."""
+    own = load_model(str(_granite_dir(tmp_path, 0.0078125)), size="tiny", device="cpu", registry=OpRegistry())
+    assert own.adaptation.swapped["attention"] == 0 and own.adaptation.swapped["norm"] == 5
+    assert own.adaptation.kept == [(f"model.layers.{i}.self_attn", "attention",
+                                    "its scores are scaled by 0.0078125, not 1/sqrt(head_dim) = 0.25 as "
+                                    "decode_attention's are") for i in range(2)]
+    usual = load_model(str(_granite_dir(tmp_path, 0.25)), size="tiny", device="cpu", registry=OpRegistry())
+    assert usual.adaptation.swapped["attention"] == 2 and usual.adaptation.kept == []
+
+
+def test_profile_notes_say_which_modules_stay_the_models_and_why(tmp_path):
+    from ratchet.e2e.profile import profile_workload
+
+    prof = profile_workload(str(_granite_dir(tmp_path, 0.0078125)), size="tiny", device="cpu", steps=1,
+                            prefill_len=0)
+    assert ("attention not run through its built-in task in 2 module(s) (model.layers.0.self_attn, "
+            "model.layers.1.self_attn): its scores are scaled by 0.0078125, not 1/sqrt(head_dim) = 0.25 as "
+            "decode_attention's are") in prof.notes
+    assert "aten::scaled_dot_product_attention" in {op.name for op in prof.phases[0].ops}

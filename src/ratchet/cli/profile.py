@@ -125,12 +125,13 @@ def print_profile(prof, console=None) -> None:
         if phase.graph_step_us:
             extra += f"; CUDA graph {phase.graph_step_us:.0f} µs"
         table = Table(title=escape(f"{phase.name} ({setting}): step {phase.step_us:.0f} µs [{phase.basis}]{extra}"))
+        # Calls and times per step, averaged over the profiled steps: an op some steps skip has a fraction.
         for col, justify in (("op", "left"), ("task", "left"), ("calls", "right"), ("µs", "right"),
                              ("share", "right"), ("if free", "right"), ("if 2x", "right"), ("shapes", "left")):
             table.add_column(col, justify=justify, overflow="fold")
         shown = phase.ops[:TABLE_ROWS]
         for op in shown:
-            table.add_row(Text(op.name), Text(op.task or "-"), f"{op.calls:g}", f"{op.time_us:.1f}", _pct(op.share),
+            table.add_row(Text(op.name), Text(op.task or "-"), _calls(op.calls), f"{op.time_us:.1f}", _pct(op.share),
                           _x(op.speedup_if_free), _x(op.speedup_if_2x), Text(_shapes(op)))
         rest = phase.ops[TABLE_ROWS:]
         if rest:
@@ -175,6 +176,10 @@ def print_profile(prof, console=None) -> None:
             console.print(Text(f"- {name} ({where}): {_pct(score)} of a step in ops no task covers; its forward {why}"))
     for note in prof.notes:
         console.print(f"note: {note}")
+
+
+def _calls(calls: float) -> str:
+    return f"{calls:g}" if float(calls).is_integer() else f"{calls:.2f}"
 
 
 def task_stem(workload: str) -> str:

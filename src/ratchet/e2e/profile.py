@@ -73,6 +73,19 @@ class ProfileError(Exception):
     """Bad input for a profile (unknown workload, bad numbers); the message is one line for the user."""
 
 
+def _kept_notes(adaptation) -> list[str]:
+    """One note per kind of module the adapter left as the model had it, and why: those calls appear
+    as the model's own ops (``aten::...``), not as a built-in task, and a user should not have to guess."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name, kind, why in getattr(adaptation, "kept", None) or []:
+        groups.setdefault((kind, why), []).append(name)
+    notes = []
+    for (kind, why), names in groups.items():
+        where = ", ".join(names[:2]) + (f", +{len(names) - 2} more" if len(names) > 2 else "")
+        notes.append(f"{kind} not run through its built-in task in {len(names)} module(s) ({where}): {why}")
+    return notes
+
+
 def amdahl(share: float, factor: float = math.inf) -> float:
     """Whole-step speedup when an op taking ``share`` of the step gets ``factor`` times faster."""
     rest = 1.0 - share + (share / factor if math.isfinite(factor) else 0.0)
@@ -281,7 +294,7 @@ def profile_workload(name: str, size: str = "tiny", device: str = "cpu", batch: 
             model = load_model(name, size=size, device=device, seed=seed, registry=registry or OpRegistry())
         except ModelError as exc:
             raise ProfileError(str(exc)) from None
-    notes = []
+    notes = list(_kept_notes(getattr(model, "adaptation", None)))
     if device == "cpu":
         notes.append("CPU wall times under the profiler (ops made of many small ones, like the CPU grouped GEMM, "
                      "look bigger than they are); they say nothing about a GPU")

@@ -267,6 +267,10 @@ def _attention_probe(module, ops, original, like: torch.Tensor) -> str | None:
 
 def _try_attention(result: Adaptation, name: str, module: nn.Module, ops: OpRegistry, implementation: str,
                    like: torch.Tensor) -> bool:
+    why = _scaling_differs(module)
+    if why:  # every decode call would take the original path (ratchet_attention's check): say so here
+        result.kept.append((name, "attention", why))
+        return False
     original = _original_attention(module, implementation)
     module._ratchet_attention = (ops, original, True)
     why = _attention_probe(module, ops, original, like)
@@ -278,6 +282,18 @@ def _try_attention(result: Adaptation, name: str, module: nn.Module, ops: OpRegi
     result._undo.append(lambda: _drop_attr(module, "_ratchet_attention"))
     result.swapped["attention"] += 1
     return True
+
+
+def _scaling_differs(module) -> str | None:
+    """Why decode_attention cannot compute this module's attention, if its scale says so: the task scales
+    scores by 1/sqrt(head_dim), and some models choose their own (Granite's attention_multiplier)."""
+    scaling, head_dim = getattr(module, "scaling", None), getattr(module, "head_dim", None)
+    if not isinstance(scaling, (int, float)) or not isinstance(head_dim, int) or head_dim <= 0:
+        return None
+    if math.isclose(scaling, head_dim ** -0.5, rel_tol=1e-6):
+        return None
+    return (f"its scores are scaled by {scaling:g}, not 1/sqrt(head_dim) = {head_dim ** -0.5:g} as "
+            "decode_attention's are")
 
 
 def _drop_attr(module, attr: str) -> None:
