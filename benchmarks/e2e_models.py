@@ -223,15 +223,9 @@ def _row(args) -> dict:
     compiled = compiled_decode_step(decoder, "default")
     measure("compiled", compiled, graphs)
     if args.export:
-        import importlib.util
+        from ratchet.e2e.exported import load_package
 
-        folder = next(Path(args.export).resolve().glob("ratchet_export_*"))
-        spec = importlib.util.spec_from_file_location(folder.name, folder / "__init__.py",
-                                                      submodule_search_locations=[str(folder)])
-        package = importlib.util.module_from_spec(spec)
-        sys.modules[folder.name] = package
-        spec.loader.exec_module(package)
-        adaptation = package.apply(hf)
+        adaptation = load_package(args.export).apply(hf)
         out["ratchet_swapped"] = adaptation.swapped
         torch._dynamo.reset()
         measure("ratchet", compiled_decode_step(decoder, "default"), graphs)

@@ -46,6 +46,9 @@ def register(sub, parser_class) -> None:
                    "with no built-in task that can be rebuilt, and DIR/<workload>_<ModuleClass>/ for the modules "
                    "with no task")
     p.add_argument("--force", action="store_true", help="with --extract: replace task files that exist")
+    p.add_argument("--apply", metavar="PKG", help="the folder of a 'ratchet export' package (its pyproject.toml's "
+                   "folder): run its apply(model) first, so the profile shows where the step goes with the "
+                   "package's kernels in (transformers models)")
     p.set_defaults(func=cmd_profile)
 
 
@@ -57,13 +60,24 @@ def cmd_profile(args) -> int:
 
     if args.force and not args.extract:
         raise UsageError("--force goes with --extract DIR")
+    if args.apply:  # refused before anything is built
+        from ratchet.e2e.exported import PackageError, package_dir
+        from ratchet.e2e.models import ModelError, kind_of
+
+        try:
+            package_dir(args.apply)
+            if kind_of(args.workload) != "transformers":
+                raise UsageError("--apply takes a transformers model (a directory or config.json): an exported "
+                                 "package applies to those")
+        except (PackageError, ModelError) as exc:
+            raise UsageError(str(exc)) from None
     device = resolve_device(args.device)
     size = args.size or ("full" if device == "cuda" else "tiny")
     settings = {k: DEFAULTS[size][k] if getattr(args, k) is None else getattr(args, k)
                 for k in ("batch", "context", "prefill", "steps")}
     try:  # the settings are checked before anything is built
         prof = profile_workload(args.workload, size, device, settings["batch"], settings["context"],
-                                settings["prefill"], settings["steps"],
+                                settings["prefill"], settings["steps"], apply=args.apply,
                                 progress=lambda msg: print(f"ratchet profile: {msg}", file=sys.stderr, flush=True))
     except ProfileError as exc:
         raise UsageError(str(exc)) from None

@@ -73,6 +73,24 @@ class ProfileError(Exception):
     """Bad input for a profile (unknown workload, bad numbers); the message is one line for the user."""
 
 
+def _apply_package(model, folder: str, say: Callable[[str], None]) -> str:
+    """Run an exported package's ``apply`` on the model; the note saying what it swapped."""
+    from ratchet.e2e.exported import PackageError, load_package
+
+    if getattr(model, "hf", None) is None:
+        raise ProfileError("--apply takes a transformers model (a directory or config.json): an exported "
+                           "package applies to those")
+    try:
+        package = load_package(folder)
+    except PackageError as exc:
+        raise ProfileError(str(exc)) from None
+    say(f"applying {package.__name__} from {folder}")
+    swapped = package.apply(model.hf).swapped
+    done = ", ".join(f"{kind} x{n}" for kind, n in swapped.items() if n) or "nothing"
+    return (f"with the package {package.__name__} applied ({folder}): it swapped {done}; its kernels show "
+            "under their custom ops' names")
+
+
 def _kept_notes(adaptation) -> list[str]:
     """One note per kind of module the adapter left as the model had it, and why: those calls appear
     as the model's own ops (``aten::...``), not as a built-in task, and a user should not have to guess."""
@@ -270,12 +288,14 @@ def check_settings(name: str, size: str, device: str, batch: int, context: int, 
 def profile_workload(name: str, size: str = "tiny", device: str = "cpu", batch: int | None = None,
                      context: int | None = None, prefill_len: int | None = None, steps: int | None = None, *,
                      registry=None, model=None, progress: Callable[[str], None] | None = None,
-                     seed: int = 0) -> Profile:
+                     seed: int = 0, apply: str | None = None) -> Profile:
     """Profile ``steps`` decode steps (``batch`` rows after ``context`` cached tokens) and one prefill of
     ``prefill_len`` tokens (0: none) of workload ``name`` at ``size`` on ``device``.
 
     ``registry``: the op registry to build the model on (default: a fresh one, every op its reference);
-    ``model``: an already built model (its own registry is then used). Defaults per size: DEFAULTS.
+    ``model``: an already built model (its own registry is then used); ``apply``: the folder of a
+    ``ratchet export`` package whose ``apply`` is run on the (transformers) model first, so the profile
+    shows where the step goes with its kernels in. Defaults per size: DEFAULTS.
     """
     d = DEFAULTS.get(size, DEFAULTS["tiny"])
     batch = d["batch"] if batch is None else batch
@@ -295,6 +315,8 @@ def profile_workload(name: str, size: str = "tiny", device: str = "cpu", batch: 
         except ModelError as exc:
             raise ProfileError(str(exc)) from None
     notes = list(_kept_notes(getattr(model, "adaptation", None)))
+    if apply:
+        notes.insert(0, _apply_package(model, apply, say))
     if device == "cpu":
         notes.append("CPU wall times under the profiler (ops made of many small ones, like the CPU grouped GEMM, "
                      "look bigger than they are); they say nothing about a GPU")
