@@ -296,3 +296,23 @@ def test_a_failed_attempt_in_the_history_says_where_it_was_right_before_it_faile
         history = sections(build_brief(rmsnorm, led, run))["History"]
     line = next(line for line in history.splitlines() if "wrong_output" in line and "#1" in line)
     assert line.endswith("; right before it at H=4096 T=1 bfloat16"), line  # the ledger sorts keys
+
+
+def test_commands_in_the_brief_name_a_ledger_that_is_not_the_default_and_a_cut_source_says_how_to_get_it(
+        tmp_path, rmsnorm):
+    long_source = "\n".join([f"# line {i}: the best's own comment" for i in range(400)]
+                            + ["def kernel(x, weight, eps):", "    return x"])
+    led = Ledger(tmp_path / "elsewhere.sqlite")
+    run = new_run(led)
+    best = led.record_attempt(run, "agent/long.py", long_source, {}, make_verdict(speedup=1.5), "agent")
+    led.set_best(run, best)
+    with led:
+        brief = build_brief(rmsnorm, led, run, max_chars=12_000)
+    where = f" --ledger {tmp_path / 'elsewhere.sqlite'}"
+    assert f"`ratchet best {run} -o FILE{where}` writes the whole file" in sections(brief)["Best candidate"]
+    assert f'`ratchet idea add rmsnorm "..."{where}` records one.' in brief
+    default = Ledger(tmp_path / ".ratchet" / "ledger.sqlite")  # where commands look from tmp_path (isolated)
+    new_run(default)
+    with default:
+        brief = build_brief(rmsnorm, default)
+    assert '`ratchet idea add rmsnorm "..."` records one.' in brief and "--ledger" not in sections(brief)["Pending ideas"]

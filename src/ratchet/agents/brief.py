@@ -97,6 +97,7 @@ class _Facts:
     ideas: list[dict] = field(default_factory=list)
     other_device_runs: int = 0
     ref_times: dict = field(default_factory=dict)  # (shape key, dtype) -> (median µs, mode, date)
+    ledger_arg: str = ""  # " --ledger PATH" where the ledger read is not the default one: commands carry it
 
 
 def build_brief(task: Task, ledger: Ledger | None = None, run_id: str | None = None, device: str | None = None,
@@ -153,6 +154,7 @@ def _gather(task: Task, ledger: Ledger | None, run_id: str | None, device: str |
                    ceilings=ceilings, run=run, other_device_runs=other_device_runs,
                    ref_times=_reference_times(ledger, task.name, device, device_name) if ledger else {})
     if ledger is not None:
+        facts.ledger_arg = _ledger_arg(ledger)
         facts.ideas = ledger.ideas(task.name)
     if run is not None:
         facts.attempts = ledger.attempts(run["id"])
@@ -515,8 +517,12 @@ def _best(f: _Facts, max_lines: int | None, table: str) -> str:
     if notes and table == "full":
         lines.append("Judge notes: " + "; ".join(_one_line(n, 200) for n in notes[:4]))
     counters = (b.get("extra") or {}).get("counters")
+    source = _code(b["source"], max_lines)
     lines += ["", *_shape_table(f, b["shapes"], table, counters), *_counters_note(counters), "",
-              "Source (the config above arrives as keyword arguments):", _code(b["source"], max_lines)]
+              "Source (the config above arrives as keyword arguments):", source]
+    if "to bound the brief] ..." in source:
+        lines.append(f"(Cut to bound the brief: `ratchet best {b['run_id']} -o FILE{f.ledger_arg}` writes the whole "
+                     "file, its config baked in.)")
     return "\n".join(lines)
 
 
@@ -836,13 +842,13 @@ def _ideas(f: _Facts, limit: int | None) -> str:
     pending = [i for i in f.ideas if i["status"] == "pending"]
     lines = ["## Pending ideas", ""]
     if not pending:
-        lines.append(f"None. (`ratchet idea add {f.task.name} \"...\"` records one.)")
+        lines.append(f"None. (`ratchet idea add {_task_spec(f.task)} \"...\"{f.ledger_arg}` records one.)")
         return "\n".join(lines)
     shown = pending if limit is None else pending[:limit]
     lines.append("From people and models, not tried yet (oldest first); an attempt built on one should cite it:")
     lines += [f"- [{i['id']}] {_one_line(i['text'], 400)} ({i['author']})" for i in shown]
     if len(shown) < len(pending):
-        lines.append(f"- … {len(pending) - len(shown)} more (`ratchet idea list --task {f.task.name}`).")
+        lines.append(f"- … {len(pending) - len(shown)} more (`ratchet idea list --task {f.task.name}{f.ledger_arg}`).")
     return "\n".join(lines)
 
 
@@ -893,6 +899,14 @@ def _rules(f: _Facts, full: bool, checks: bool = True) -> str:
 
 
 # -- helpers --------------------------------------------------------------------------------------------
+
+
+def _ledger_arg(ledger: Ledger) -> str:
+    """`` --ledger PATH`` for commands the brief names, unless PATH is where they look by default."""
+    from ratchet.run.ledger import default_ledger_path
+
+    path = Path(ledger.path)
+    return "" if path.resolve() == default_ledger_path().resolve() else f" --ledger {path}"
 
 
 def _task_spec(task: Task) -> str:

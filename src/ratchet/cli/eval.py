@@ -54,8 +54,10 @@ def cmd_eval(args) -> int:
         ledger = run = None
         try:
             if args.run:
-                if args.allow or args.no_timing:
-                    raise UsageError("--allow and --no-timing cannot be used with --run: a run's judge is fixed")
+                given = [flag for flag, on in (("--allow", args.allow), ("--no-timing", args.no_timing)) if on]
+                if given:
+                    raise UsageError(f"{' and '.join(given)} cannot be used with --run: a run's judge is fixed "
+                                     "(check correctness alone without --run and --ledger)")
                 ledger = stack.enter_context(open_ledger(args.ledger, create=False))
                 run = ledger.get_run(args.run)
             elif args.idea is not None or args.ledger:
