@@ -316,3 +316,15 @@ def test_commands_in_the_brief_name_a_ledger_that_is_not_the_default_and_a_cut_s
     with default:
         brief = build_brief(rmsnorm, default)
     assert '`ratchet idea add rmsnorm "..."` records one.' in brief and "--ledger" not in sections(brief)["Pending ideas"]
+
+
+def test_a_task_reached_through_a_symlink_is_named_by_the_users_path(tmp_path):
+    """The brief's task file and its commands use the path the user gave, not the symlink's target."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "axpby.py").write_text((Path(__file__).parent / "data" / "tasks" / "axpby.py").read_text())
+    (tmp_path / "linked").symlink_to(real, target_is_directory=True)
+    task = load_task(str(tmp_path / "linked" / "axpby.py"))
+    assert task.source_path == str(tmp_path / "linked" / "axpby.py")
+    brief = build_brief(task, device="cpu")
+    assert f"- Task file: {tmp_path / 'linked' / 'axpby.py'}" in brief and str(real) not in brief

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import random
 import sys
 from dataclasses import dataclass, field
@@ -236,7 +237,9 @@ def load_task(spec: str) -> Task:
     if not isinstance(task, Task):
         raise TaskError(f"{path}: defines no TASK = Task(...) (nor a KernelBench Model/get_inputs)")
     seeds = task.seeds_dir or str(path.parent / "seeds")
-    return _with(task, source_path=str(path.resolve()), seeds_dir=seeds)
+    # Absolute as the user named it, symlinks kept: commands a brief or program.md prints then use the
+    # user's own paths (every comparison of task files resolves both sides).
+    return _with(task, source_path=os.path.abspath(path), seeds_dir=seeds)
 
 
 def _with(task: Task, **changes) -> Task:
