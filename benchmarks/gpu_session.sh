@@ -20,6 +20,8 @@
 #           --layers 12 --row-timeout 190 --first-row-timeout 200" STAGES=e2e_models bash benchmarks/gpu_session.sh
 #           (both rows 265-306 s on the warm machine right after the campaign; 32768 in a call of its own:
 #           --contexts 32768 --row-timeout 260 --first-row-timeout 270 with E2E_MODELS_S=540, 305 s)
+#   the seventh round's qwen3_moe_block_v5.py and _v6.py (not judged on a GPU yet): add them as --seed files
+#   to call 1 beside v4; then STAGES=profile_apply on the warm machine splits the patched step op by op
 # Optuna and Liger are not on the GPU image: fetch wheels with ../shared/device/wheels.sh, carry .whl and
 # install them first (the line at the top of that script); PYTHONPATH set by it is kept.
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src PYTHONUNBUFFERED=1
@@ -197,6 +199,12 @@ for stage in $STAGES; do
              [ -n "${CAMPAIGN_IN:-}" ] && [ ! -d "$CAMPAIGN_DIR" ] && tar -xzf "$CAMPAIGN_IN" -C /
              timeout "${E2E_MODELS_S:-560}" python -m benchmarks.e2e_models --out "$OUT/e2e_models" \
                $([ -f "$pkg/pyproject.toml" ] && echo --export "$pkg") ${E2E_MODELS_ARGS:-} > "$OUT/e2e_models.log" 2>&1 ;;
+    # Where the patched model's step goes, op by op: ratchet profile with the campaign's package applied
+    # (PROFILE_APPLY_ARGS: batch, context), its table in profile_apply.txt, the JSON beside it.
+    profile_apply) [ -n "${CAMPAIGN_IN:-}" ] && [ ! -d "$CAMPAIGN_DIR" ] && tar -xzf "$CAMPAIGN_IN" -C /
+             timeout "${PROFILE_APPLY_S:-240}" python -m ratchet profile "$CAMPAIGN_DIR/model" --device cuda \
+               --apply "${EXPORT:-$CAMPAIGN_DIR/pkg}" ${PROFILE_APPLY_ARGS:---batch 1 --context 8192 --prefill 0} \
+               > "$OUT/profile_apply.txt" 2> "$OUT/profile_apply.log" ;;
     *) echo "unknown stage $stage" ;;
   esac
   echo "== $stage: exit $? in $(( $(date +%s) - t0 )) s"
@@ -205,7 +213,7 @@ grep -h -E "^(PASSED|FAILED|ERROR|SKIPPED) |Timeout" "$OUT/pytest_gpu.log" 2>/de
 for f in smoke.log long_run.log pytest_gpu.log eval_rmsnorm.err eval_seeds.md search_efficiency.md loop_throughput.txt guard_cost.md worker_start.md \
          costs/judge_costs.md main_job.md \
          judge_phase_costs.md all/eval_seeds.md runs/runs.md suite/suite.md largest/suite.md e2e/e2e_stack.md e2e_models/e2e_models.md \
-         search_decode/search_efficiency.md search/search_efficiency.md; do
+         search_decode/search_efficiency.md search/search_efficiency.md profile_apply.txt; do
   [ -f "$OUT/$f" ] && { echo "== $f"; tail -20 "$OUT/$f"; }
 done
 [ -s "$OUT/eval_rmsnorm.json" ] && python - "$OUT/eval_rmsnorm.json" <<'EOF'
