@@ -184,3 +184,19 @@ def test_gpu_shapes_also_launch_the_held_out_ranges_corners(tmp_path, capsys, mo
     notes = []
     assert compile_check._held_out_corners(loaded, notes) == [{"N": 100}]
     assert notes == ["held-out corner {'N': 200001} not launched: its inputs would take 2 MiB of host memory, over 1 MiB"]
+
+
+@pytest.mark.slow
+def test_chosen_shapes_compile_only_the_path_they_take(tmp_path, capsys):
+    """--shape launches the chosen shapes of the set alone: a size under the held-out-only branch compiles
+    one kernel, a size over it compiles the broken one too; a dim the set lacks is one line, exit 2."""
+    task, cand = tmp_path / "task.py", tmp_path / "cand.py"
+    task.write_text(HELD_OUT_TASK)
+    cand.write_text(HELD_OUT_ONLY_BRANCH)
+    assert main(["check", str(task), str(cand), "--shapes", "gpu", "--shape", '{"N": 4096}', "--json"]) == 0
+    assert [k["kernel"] for k in json.loads(capsys.readouterr().out)["kernels"]] == ["_twice"]
+    assert main(["check", str(task), str(cand), "--shapes", "gpu", "--shape", '{"N": 150000}', "--json"]) == 1
+    assert {k["kernel"] for k in json.loads(capsys.readouterr().out)["kernels"]} == {"_twice", "_branchy"}
+    assert main(["check", str(task), str(cand), "--shape", '{"M": 3}']) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "twice's cpu shapes have no dim M" in err

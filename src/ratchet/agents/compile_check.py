@@ -86,15 +86,16 @@ def parse_arch(arch: str) -> int:
 
 
 def check_candidate(task_spec: str, candidate_path: str, arch: str = "sm_90", config: dict | None = None,
-                    timeout_s: float = 600.0, shapes: str = "cpu") -> CheckReport:
+                    timeout_s: float = 600.0, shapes: str = "cpu", chosen: tuple[dict, ...] = ()) -> CheckReport:
     """Compile every kernel the candidate launches for ``arch``, on the task's CPU shapes or, with
     ``shapes="gpu"``, on its public GPU shapes (their inputs made in host memory: launches never run, so
-    only the wrapper's own torch code touches them; branches taken only at GPU sizes are compiled too)."""
+    only the wrapper's own torch code touches them; branches taken only at GPU sizes are compiled too).
+    ``chosen``: whole shapes of that set to launch instead of the set's own (one path being tuned)."""
     capability = parse_arch(arch)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton's default, stated: silences its warning
     cmd = [sys.executable, "-m", "ratchet.agents.compile_check", task_spec, candidate_path, str(capability),
-           json.dumps(config or {}), shapes]
+           json.dumps(config or {}), shapes, json.dumps(list(chosen))]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
@@ -379,7 +380,8 @@ def _main(argv: list[str]) -> int:
     from ratchet.task import load_task
 
     task_spec, candidate_path, capability, config = argv[0], argv[1], int(argv[2]), json.loads(argv[3])
-    shape_device = "cuda" if argv[4:] == ["gpu"] else "cpu"
+    shape_device = "cuda" if argv[4:5] == ["gpu"] else "cpu"
+    chosen = json.loads(argv[5]) if len(argv) > 5 else []
     notes: list[str] = []
     error = None
     capture = _Capture(capability)
@@ -397,7 +399,9 @@ def _main(argv: list[str]) -> int:
         kernel = task = None
     if kernel is not None:
         shapes = list(task.shape_set(shape_device).public)
-        if shape_device == "cuda":
+        if chosen:
+            shapes = chosen
+        elif shape_device == "cuda":
             shapes += _held_out_corners(task, notes)
         for dtype in task.dtypes:
             for shape in shapes:

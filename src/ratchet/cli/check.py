@@ -28,6 +28,10 @@ def register(sub, parser_class) -> None:
                     "skipped, with a note), their inputs made in host memory (large shapes take host memory "
                     "and seconds each; launches never run). The kernel sees CPU tensors either way: a branch "
                     "taken only when x.is_cuda is never compiled")
+    ck.add_argument("--shape", action="append", default=[], metavar="JSON",
+                    help="launch this shape of the --shapes set instead of the whole set, e.g. '{\"B\": 1, \"S\": 1}' "
+                    "to compile only the path one size takes while tuning it (repeatable; dims left out take the "
+                    "set's first public shape's)")
     ck.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ck.set_defaults(func=cmd_check)
 
@@ -38,6 +42,7 @@ def cmd_check(args) -> int:
     from ratchet.agents.compile_check import CheckError, check_candidate, parse_arch
     from ratchet.candidate import load_candidate, parse_config
     from ratchet.cli.common import UsageError
+    from ratchet.cli.eval import chosen_shapes
     from ratchet.task import load_task
 
     try:
@@ -47,7 +52,9 @@ def cmd_check(args) -> int:
     task = load_task(args.task)  # a bad task or candidate is one line before any subprocess starts
     candidate = load_candidate(args.candidate)
     config = candidate.resolve_config(parse_config(args.config))
-    report = check_candidate(task.source_path or args.task, candidate.path, args.arch, config, shapes=args.shapes)
+    chosen = chosen_shapes(args.shape, task, "cuda" if args.shapes == "gpu" else "cpu", no_timing=True)
+    report = check_candidate(task.source_path or args.task, candidate.path, args.arch, config, shapes=args.shapes,
+                             chosen=chosen)
     if args.json:
         print(json.dumps(report.to_json()))
     else:
