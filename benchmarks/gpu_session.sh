@@ -146,6 +146,13 @@ for stage in $STAGES; do
                 --device cuda --ledger "$OUT/main_job.sqlite" > "$OUT/main_job.log" 2>&1
               python -m benchmarks.probes.first_verdict --ledger "$OUT/main_job.sqlite" --out "$OUT/main_job.md" \
                 >> "$OUT/main_job.log" 2>&1 ;;
+    # The main job's first file judged alone (no other evaluation beside it in the judge's threads or on the
+    # GPU): against main_job's first verdict, what the pipeline's company costs its correctness phase.
+    first_alone) timeout "${FIRST_ALONE_S:-120}" python -m ratchet eval top_p_sampling \
+                   src/ratchet/tasks/top_p_sampling/seeds/triton_pivot.py --device cuda --json \
+                   > "$OUT/first_alone.json" 2> "$OUT/first_alone.log"
+                 python -c "import json,sys; d=json.load(open(sys.argv[1])); print('first_alone:', d['verdict'], \
+                   d['judge_wall_s'], d['phases_s'], d['judge_host_s'])" "$OUT/first_alone.json" ;;
     # Forked GPU workers (the default) against executed ones (RATCHET_FORKSERVER=0): verdicts and start seconds.
     worker_start) timeout "${WORKER_START_S:-150}" python -m benchmarks.probes.worker_start --repeats 2 \
              --task benchmarks/tasks/rmsnorm_one_shape.py --candidate "$ROWWISE" --out "$OUT" > "$OUT/worker_start.log" 2>&1 ;;
