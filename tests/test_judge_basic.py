@@ -207,3 +207,38 @@ def test_an_atol_of_the_outputs_rms_scales_with_the_output():
     assert reason.code == "wrong_output" and "3984 of 4096 elements beyond atol=0.000149 (0.03 of the output RMS)" in reason.detail
     for scale in (1.0, 1e3):
         assert compare_close(honest * scale, ref * scale, of_rms, "x") == []
+
+
+SCALAR_TASK = '''
+import torch
+from ratchet.task import ShapeSet, Task
+
+
+def reference(x, beta):
+    return x * beta
+
+
+def make_inputs(shape, dtype, device, generator):
+    x = torch.randn(shape["N"], generator=generator, device=device).to(dtype)
+    beta = torch.rand((), generator=generator, device=device).to(dtype)  # a module's 0-dim buffer (xIELU's beta)
+    return x, beta
+
+
+TASK = Task(name="scaled", reference=reference, make_inputs=make_inputs, dtypes=(torch.float32,),
+            gpu=ShapeSet(public=[{"N": 4096}]), cpu=ShapeSet(public=[{"N": 1000}, {"N": 7}]))
+'''
+
+
+@pytest.mark.parametrize("body, verdict, code", [
+    ("return x * beta", "pass", None),
+    ("beta.mul_(2.0)\n    return x * beta / 2.0", "fail", "input_mutated"),  # its twin changes the scalar
+])
+def test_a_zero_dim_tensor_input_is_checked_like_any_other(tmp_path, body, verdict, code):
+    """A 0-dim tensor argument (a module's scalar buffer) was a kernel_exception for every candidate: its
+    bytes could not be viewed. It is judged as any input: passed along, and its mutation caught."""
+    task_file, cand = tmp_path / "scaled.py", tmp_path / "cand.py"
+    task_file.write_text(SCALAR_TASK)
+    cand.write_text(f"def kernel(x, beta):\n    {body}\n")
+    v = evaluate(load_task(str(task_file)), load_candidate(cand), None, FAST)
+    assert v.verdict == verdict, v.reasons
+    assert codes(v) == ([code] if code else [])

@@ -106,7 +106,7 @@ def is_poison(t: torch.Tensor) -> torch.Tensor:
     """Elements whose bytes are all the poison byte."""
     if t.numel() == 0:
         return torch.zeros_like(t, dtype=torch.bool)
-    raw = t.contiguous().view(torch.uint8).reshape(*t.shape, t.element_size())
+    raw = t.contiguous().reshape(-1).view(torch.uint8).reshape(*t.shape, t.element_size())  # 0-dim too
     return (raw == POISON_BYTE).all(dim=-1)
 
 
@@ -215,8 +215,8 @@ def inputs_unchanged(before: Sequence, after_descs: Sequence[dict | None], label
             continue
         after = tensor_from_description(desc, orig.device)
         same = after.shape == orig.shape and torch.equal(
-            after.view(torch.uint8) if after.numel() else after,
-            orig.contiguous().view(torch.uint8) if orig.numel() else orig,
+            after.reshape(-1).view(torch.uint8) if after.numel() else after,  # reshape: a 0-dim one too
+            orig.contiguous().reshape(-1).view(torch.uint8) if orig.numel() else orig,
         )
         if not same:
             return [Reason("input_mutated", f"{label}: input {i} was modified by the kernel")]

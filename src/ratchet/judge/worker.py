@@ -256,7 +256,7 @@ class Harness:
 
 def describe_tensor(t: torch.Tensor) -> dict:
     data = t.detach().contiguous().cpu()
-    return {"dtype": str(data.dtype), "shape": list(data.shape), "data_shape": list(data.shape), "data": data.view(torch.uint8).numpy().tobytes()
+    return {"dtype": str(data.dtype), "shape": list(data.shape), "data_shape": list(data.shape), "data": data.reshape(-1).view(torch.uint8).numpy().tobytes()
             if data.numel() else b""}
 
 
@@ -326,7 +326,8 @@ def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a.numel() == 0:
         return True
-    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+    # reshape(-1): a 0-dim tensor cannot be viewed as bytes of another size (a module's scalar buffer)
+    return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
 
 
 def _import_candidate(path: str):
