@@ -368,3 +368,33 @@ def test_the_profile_runs_at_the_batches_contexts_and_prefill_the_campaign_gates
     asked = CampaignRequest(model="m", device="cuda", batches=(1, 32), profile={"batch": 4, "context": 100})
     assert profile_settings(asked) == {"batch": 4, "context": 100}
     assert profile_settings(CampaignRequest(model="m", device="cpu")) == {}
+
+
+def test_a_builtin_task_that_does_not_judge_the_models_dtype_is_not_planned():
+    """A float32 model's decode attention: its task judges bfloat16 only, so its kernel could pass the
+    task and never run in the model (the gate's no_judged_calls). No budget goes to it unless --ops names it."""
+    from ratchet.e2e.campaign import _dtype_not_judged
+    from ratchet.e2e.profile import Ranked
+
+    def ranked(task, *dtypes):
+        rows = [{"shape": {}, "dtype": d, "time_us": 1.0} for d in dtypes]
+        return Ranked(name=task, task=task, family="other", score=0.1, shares={}, speedup_if_free={},
+                      speedup_if_2x={}, shapes={"decode": rows})
+
+    assert _dtype_not_judged(ranked("decode_attention", "float32")) == (
+        "the model runs it in float32, which its task does not judge (bfloat16), so an exported package would "
+        "never run its kernel")
+    assert _dtype_not_judged(ranked("decode_attention", "bfloat16")) is None
+    assert _dtype_not_judged(ranked("decode_attention", "float32", "bfloat16")) is None  # some calls judged
+    assert _dtype_not_judged(ranked("rmsnorm", "float32")) is None
+
+
+@pytest.mark.slow
+def test_the_plan_leaves_out_an_op_the_model_runs_in_a_dtype_its_task_does_not_judge(tmp_path):
+    model = families.write("llama", tmp_path / "llama")
+    ledger = tmp_path / "ledger.sqlite"
+    out = _ratchet("optimize", str(model), "--device", "cpu", "--budget", "1", "--contexts", "64", "--batches", "1",
+                   "--prefill", "1x16", "--ledger", str(ledger), "--json")
+    assert "decode_attention not planned: the model runs it in float32" in out.stderr
+    planned = {p["op"] for p in json.loads(out.stdout)["ops"]}
+    assert "decode_attention" not in planned and "rmsnorm" in planned

@@ -51,6 +51,7 @@ MIN_SCORE = 0.002  # an op below this weighted share of the step is not worth a 
 DEFAULT_BUDGET = 24  # attempts over the whole campaign when neither --budget nor --time is given
 
 
+
 class CampaignError(Exception):
     """The campaign cannot run as asked; one line, exit 2."""
 
@@ -150,6 +151,18 @@ def share_budget(entries: list[dict], budget: int | None, seconds: float | None)
     return out
 
 
+def _dtype_not_judged(ranked) -> str | None:
+    """Why a built-in task's kernel could never run in the model, if the dtypes say so: the model calls
+    the op only in dtypes the task does not judge (decode attention in a float32 CPU model, say)."""
+    from ratchet.task import load_task
+
+    judged = {str(d).removeprefix("torch.") for d in load_task(ranked.task).dtypes}
+    used = {row.get("dtype") for rows in ranked.shapes.values() for row in rows if row.get("dtype")}
+    if not used or used & judged:
+        return None
+    return (f"the model runs it in {', '.join(sorted(used))}, which its task does not judge "
+            f"({', '.join(sorted(judged))}), so an exported package would never run its kernel")
+
 class Campaign:
     def __init__(self, ledger: Ledger, cid: str, gates_dir: Path, console: Console | None = None,
                  executor=None) -> None:
@@ -214,6 +227,13 @@ class Campaign:
         decode = prof.phase("decode")
         entries = []
         for ranked in prof.worth_a_run:
+            why = _dtype_not_judged(ranked)
+            if why and ranked.task not in (r.ops or ()):
+                # Its kernel could pass its task but never its gate (no_judged_calls): no budget for it.
+                self.say(f"campaign {self.cid}: {ranked.task} not planned: {why}")
+                continue
+            if why:
+                self.say(f"campaign {self.cid}: {ranked.task} planned as --ops asks, but {why}")
             entries.append({"op": ranked.task, "kind": "builtin", "task": ranked.task, "seeds": [],
                             "score": ranked.score, "decode_share": ranked.shares.get("decode", ranked.score)})
         extracted = {}
