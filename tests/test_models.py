@@ -408,3 +408,22 @@ def test_profile_notes_say_which_modules_stay_the_models_and_why(tmp_path):
             "model.layers.1.self_attn): its scores are scaled by 0.0078125, not 1/sqrt(head_dim) = 0.25 as "
             "decode_attention's are") in prof.notes
     assert "aten::scaled_dot_product_attention" in {op.name for op in prof.phases[0].ops}
+
+
+
+@pytest.mark.parametrize("family", ["exaone4", "olmo3"])
+def test_a_sliding_window_layer_keeps_its_attention_and_says_why(family, tmp_path):
+    """Layer 0 slides over the last 8 positions, layer 1 attends to all: decode_attention (the whole cache)
+    takes layer 1 only, and the adaptation says why layer 0 stays the model's. EXAONE-4's attention
+    module carries its window; OLMo-3's does not, and its config's layer_types and window say it."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(family, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=256, sliding_window=8,
+                                  layer_types=["sliding_attention", "full_attention"])
+    config.save_pretrained(tmp_path / family)
+    model = load_model(str(tmp_path / family), size="tiny", device="cpu", registry=OpRegistry())
+    assert model.adaptation.swapped["attention"] == 1
+    assert [k for k in model.adaptation.kept if k[1] == "attention"] == [
+        ("model.layers.0.self_attn", "attention",
+         "sliding-window attention (the last 8 positions), where decode_attention attends to the whole cache")]

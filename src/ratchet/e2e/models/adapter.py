@@ -267,7 +267,7 @@ def _attention_probe(module, ops, original, like: torch.Tensor) -> str | None:
 
 def _try_attention(result: Adaptation, name: str, module: nn.Module, ops: OpRegistry, implementation: str,
                    like: torch.Tensor) -> bool:
-    why = _scaling_differs(module)
+    why = _scaling_differs(module) or _sliding(module)
     if why:  # every decode call would take the original path (ratchet_attention's check): say so here
         result.kept.append((name, "attention", why))
         return False
@@ -294,6 +294,23 @@ def _scaling_differs(module) -> str | None:
         return None
     return (f"its scores are scaled by {scaling:g}, not 1/sqrt(head_dim) = {head_dim ** -0.5:g} as "
             "decode_attention's are")
+
+
+def _sliding(module) -> str | None:
+    """Why a sliding-window layer keeps its own attention: decode_attention attends to every cached
+    position, and such a layer to the last ``sliding_window`` only (transformers passes the window per call)."""
+    config, index = getattr(module, "config", None), getattr(module, "layer_idx", None)
+    types = getattr(config, "layer_types", None)
+    if isinstance(types, (list, tuple)) and isinstance(index, int) and index < len(types):
+        # The config's layer types decide: EXAONE-4 gives every layer the window and uses it on the sliding
+        # ones only; OLMo-3's modules carry none.
+        window = getattr(config, "sliding_window", None) if types[index] == "sliding_attention" else None
+    else:
+        window = getattr(module, "sliding_window", None)
+    if isinstance(window, int) and not isinstance(window, bool) and window > 0:
+        return (f"sliding-window attention (the last {window} positions), where decode_attention attends to the "
+                "whole cache")
+    return None
 
 
 def _drop_attr(module, attr: str) -> None:
