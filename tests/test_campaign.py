@@ -398,3 +398,17 @@ def test_the_plan_leaves_out_an_op_the_model_runs_in_a_dtype_its_task_does_not_j
     assert "decode_attention not planned: the model runs it in float32" in out.stderr
     planned = {p["op"] for p in json.loads(out.stdout)["ops"]}
     assert "decode_attention" not in planned and "rmsnorm" in planned
+
+
+def test_an_op_with_no_kernel_to_gate_says_why():
+    from ratchet.e2e.campaign import _why_no_kernel
+
+    error = {"verdict": "error", "reasons": [{"code": "kernel_exception", "detail": "RuntimeError: self.dim() "
+                                              "cannot be 0\nTraceback ..."}]}
+    slow = {"verdict": "pass", "reasons": []}
+    assert _why_no_kernel([error, error]) == ("no kept kernel: 2 error; first failure kernel_exception: "
+                                              "RuntimeError: self.dim() cannot be 0")
+    assert _why_no_kernel([slow]) == "no kept kernel: 1 pass, none faster than the reference"
+    assert _why_no_kernel([slow, error]) == ("no kept kernel: 1 pass, 1 error; first failure kernel_exception: "
+                                             "RuntimeError: self.dim() cannot be 0")
+    assert _why_no_kernel([]) == "no kept kernel: no attempt was judged"

@@ -163,6 +163,24 @@ def _dtype_not_judged(ranked) -> str | None:
     return (f"the model runs it in {', '.join(sorted(used))}, which its task does not judge "
             f"({', '.join(sorted(judged))}), so an exported package would never run its kernel")
 
+
+def _why_no_kernel(attempts: list[dict]) -> str:
+    """"no kept kernel", and why: the verdicts its attempts got (the first failure's reason, since a run
+    whose every attempt failed the same way, its own reference seed included, says the task is the trouble)."""
+    if not attempts:
+        return "no kept kernel: no attempt was judged"
+    counts: dict[str, int] = {}
+    for a in attempts:
+        counts[a["verdict"]] = counts.get(a["verdict"], 0) + 1
+    said = ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
+    failed = next((a for a in attempts if a["verdict"] != "pass" and a.get("reasons")), None)
+    if failed is None:
+        return f"no kept kernel: {said}, none faster than the reference"
+    reason = failed["reasons"][0]
+    detail = (reason.get("detail") or "").strip().splitlines()[0][:160] if reason.get("detail") else ""
+    return f"no kept kernel: {said}; first failure {reason['code']}: {detail}".rstrip(": ")
+
+
 class Campaign:
     def __init__(self, ledger: Ledger, cid: str, gates_dir: Path, console: Console | None = None,
                  executor=None) -> None:
@@ -396,7 +414,8 @@ class Campaign:
         for op, run in self._runs_by_op().items():
             best = gated_best(self.ledger, run["id"], r.device)
             if best is None:
-                self.state["gates"][run["id"]] = {"op": op, "verdict": "none", "detail": "no kept kernel"}
+                self.state["gates"][run["id"]] = {"op": op, "verdict": "none",
+                                                  "detail": _why_no_kernel(self.ledger.attempts(run["id"]))}
                 continue
             if run["task"] not in OPS and kinds.get(op) != "module":
                 # A module task's kernel replaces its modules (e2e.models.module_route); an extracted op
