@@ -38,6 +38,16 @@ def test_the_profile_shows_the_packages_op_in_place_of_the_models_norms(package_
     assert "rmsnorm" not in {op["task"] for op in ops.values()}  # the registry's rmsnorm no longer runs
     assert prof["notes"][0] == (f"with the package {name} applied ({pkg}): it swapped norm x5; its kernels show "
                                 "under their custom ops' names")
+    assert not any(op["name"].startswith(name) for op in prof["no_task"])  # a kernel already, not one to make
+
+
+def test_the_table_marks_the_packages_op(package_and_model, capsys):
+    from ratchet.cli import main
+
+    pkg, name, model = package_and_model
+    assert main(["profile", str(model), "--device", "cpu", "--steps", "1", "--prefill", "0", "--apply", str(pkg)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if f"{name}::rmsnorm" in line)
+    assert "(package)" in row
 
 
 def test_without_the_package_the_norms_are_the_registrys(package_and_model, capsys):

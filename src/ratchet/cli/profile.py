@@ -126,6 +126,8 @@ def _shapes(op) -> str:
 
 def print_profile(prof, console=None) -> None:
     from rich.markup import escape
+
+    from ratchet.e2e.exported import PACKAGE_PREFIX
     from rich.table import Table
     from rich.text import Text
 
@@ -145,7 +147,8 @@ def print_profile(prof, console=None) -> None:
             table.add_column(col, justify=justify, overflow="fold")
         shown = phase.ops[:TABLE_ROWS]
         for op in shown:
-            table.add_row(Text(op.name), Text(op.task or "-"), _calls(op.calls), f"{op.time_us:.1f}", _pct(op.share),
+            task = op.task or ("(package)" if op.name.startswith(PACKAGE_PREFIX) else "-")
+            table.add_row(Text(op.name), Text(task), _calls(op.calls), f"{op.time_us:.1f}", _pct(op.share),
                           _x(op.speedup_if_free), _x(op.speedup_if_2x), Text(_shapes(op)))
         rest = phase.ops[TABLE_ROWS:]
         if rest:

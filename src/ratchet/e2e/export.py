@@ -35,6 +35,7 @@ from pathlib import Path
 from string import Template
 
 from ratchet.e2e.export_hub import REPOSITORY, write_hub
+from ratchet.e2e.exported import PACKAGE_PREFIX
 from ratchet.e2e.models.module_route import is_module_task, load_task_module
 from ratchet.run.ledger import Ledger, LedgerError, write_standalone
 
@@ -105,7 +106,7 @@ def export(ledger: Ledger, ident: str, out_dir: str | Path, gates_dir: Path) -> 
 
     pairs, source = _gated_runs(ledger, ident, gates_dir)
     out = Path(out_dir)
-    package = "ratchet_export_" + re.sub(r"[^a-z0-9_]", "_", ident.lower())
+    package = PACKAGE_PREFIX + re.sub(r"[^a-z0-9_]", "_", ident.lower())
     root = out / package
     (root / "kernels").mkdir(parents=True, exist_ok=True)
     kernels, left_out = [], []

@@ -9,6 +9,9 @@ from pathlib import Path
 from types import ModuleType
 
 
+PACKAGE_PREFIX = "ratchet_export_"  # every exported package's name and its custom ops' namespace
+
+
 class PackageError(Exception):
     """Not a package ``ratchet export`` wrote, or one that fails to import; one line for the user."""
 
@@ -16,7 +19,7 @@ class PackageError(Exception):
 def package_dir(folder: str | Path) -> Path:
     """The package ``ratchet_export_<id>`` inside ``folder`` (the one holding its pyproject.toml)."""
     root = Path(folder).expanduser().resolve()
-    found = sorted(p for p in root.glob("ratchet_export_*") if (p / "__init__.py").is_file()) if root.is_dir() else []
+    found = sorted(p for p in root.glob(PACKAGE_PREFIX + "*") if (p / "__init__.py").is_file()) if root.is_dir() else []
     if not found:
         raise PackageError(f"{folder}: not a package 'ratchet export' wrote (no ratchet_export_*/__init__.py in it)")
     return found[0]

@@ -42,6 +42,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.autograd import DeviceType
 
+from ratchet.e2e.exported import PACKAGE_PREFIX
 from ratchet.e2e.module_times import ModuleRanges, choose, module_times, not_remade, root_module
 
 PHASE_WEIGHTS = {"decode": 1.0, "prefill": 0.5}  # as ratchet.task.decode_weight weighs decode vs prefill shapes
@@ -624,8 +625,8 @@ def rank(phases: Sequence[Phase], device: str) -> tuple[tuple[Ranked, ...], tupl
                        extractor=first.extractor)
         if first.task:
             worth.append(entry)
-        elif max(shares.values()) >= NOTABLE_SHARE:
-            no_task.append(entry)
+        elif max(shares.values()) >= NOTABLE_SHARE and not op_name.startswith(PACKAGE_PREFIX):
+            no_task.append(entry)  # an applied package's op (profile --apply) is a kernel already, not one to make
     worth.sort(key=lambda c: -c.score)
     no_task.sort(key=lambda c: -c.score)
     return tuple(worth), tuple(no_task)
