@@ -797,11 +797,12 @@ def _attempt_line(a: dict) -> str:
 def _right_before(a: dict) -> str:
     """Where a failed attempt was right before it failed ("" if nowhere): an agent with no GPU learns
     which shapes passed there and can repeat the failing one alone (`ratchet eval --shape`)."""
+    from ratchet.report.console import row_label
+
     right = [r for r in a.get("shapes") or [] if r.get("correct", True)]
     if a["verdict"] == "pass" or not right:
         return ""
-    shown = "; ".join(" ".join(f"{k}={v}" for k, v in r["shape"].items()) + f" {r.get('dtype') or ''}"
-                      for r in right[:3])
+    shown = "; ".join(row_label(r) for r in right[:3])
     return f"; right before it at {shown}" + (f" and {len(right) - 3} more" if len(right) > 3 else "")
 
 

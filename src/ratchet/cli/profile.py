@@ -126,11 +126,10 @@ def _shapes(op) -> str:
 
 def print_profile(prof, console=None) -> None:
     from rich.markup import escape
-
-    from ratchet.e2e.exported import PACKAGE_PREFIX
     from rich.table import Table
     from rich.text import Text
 
+    from ratchet.e2e.exported import PACKAGE_PREFIX
     from ratchet.report.terminal import make_console
 
     console = console or make_console()

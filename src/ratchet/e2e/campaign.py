@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,6 @@ from ratchet.run.ledger import Ledger, LedgerError
 
 MIN_SCORE = 0.002  # an op below this weighted share of the step is not worth a run
 DEFAULT_BUDGET = 24  # attempts over the whole campaign when neither --budget nor --time is given
-
 
 
 class CampaignError(Exception):
@@ -169,16 +169,13 @@ def _why_no_kernel(attempts: list[dict]) -> str:
     whose every attempt failed the same way, its own reference seed included, says the task is the trouble)."""
     if not attempts:
         return "no kept kernel: no attempt was judged"
-    counts: dict[str, int] = {}
-    for a in attempts:
-        counts[a["verdict"]] = counts.get(a["verdict"], 0) + 1
-    said = ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
+    said = ", ".join(f"{n} {verdict}" for verdict, n in Counter(a["verdict"] for a in attempts).items())
     failed = next((a for a in attempts if a["verdict"] != "pass" and a.get("reasons")), None)
     if failed is None:
         return f"no kept kernel: {said}, none faster than the reference"
     reason = failed["reasons"][0]
-    detail = (reason.get("detail") or "").strip().splitlines()[0][:160] if reason.get("detail") else ""
-    return f"no kept kernel: {said}; first failure {reason['code']}: {detail}".rstrip(": ")
+    detail = ((reason.get("detail") or "").strip().splitlines() or [""])[0][:160]
+    return f"no kept kernel: {said}; first failure {reason['code']}" + (f": {detail}" if detail else "")
 
 
 class Campaign:

@@ -158,17 +158,24 @@ def print_run_summary(run: dict, attempts: list[dict], best: dict | None, elapse
     return counts
 
 
+def row_label(row: dict) -> str:
+    """One judged shape of a verdict's JSON as a phrase: "held-out B=9 S=2 bfloat16"."""
+    held = "held-out " if row.get("held_out") else ""
+    shape = " ".join(f"{k}={v}" for k, v in row["shape"].items())
+    return f"{held}{shape} {row.get('dtype') or ''}".strip()
+
+
 def checked_before_failure(verdict: dict) -> list[str]:
     """For a verdict that is not a pass: the shapes found right before it ended, and the one it failed at."""
-    def label(row):
-        held = "held-out " if row.get("held_out") else ""
-        return f"{held}{' '.join(f'{k}={v}' for k, v in row['shape'].items())} {row.get('dtype') or ''}".strip()
-
     rows = verdict.get("shapes") or []
-    right = [label(r) for r in rows if r.get("correct", True)]
-    wrong = [label(r) for r in rows if not r.get("correct", True)]
-    lines = [f"shapes found right before it ended: {', '.join(right)}"] if right else []
-    return lines + [f"failed at: {', '.join(wrong)}"] if wrong else lines
+    right = [row_label(r) for r in rows if r.get("correct", True)]
+    wrong = [row_label(r) for r in rows if not r.get("correct", True)]
+    lines = []
+    if right:
+        lines.append(f"shapes found right before it ended: {', '.join(right)}")
+    if wrong:
+        lines.append(f"failed at: {', '.join(wrong)}")
+    return lines
 
 
 def best_bottlenecks(attempt: dict) -> list[dict]:

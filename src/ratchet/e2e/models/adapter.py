@@ -211,7 +211,7 @@ def ratchet_attention(module, query, key, value, attention_mask, dropout: float 
     D = query.shape[-1]
     decodable = (matched and query.dim() == 4 and query.shape[2] == 1 and key.shape[-1] == D and dropout == 0.0
                  and kwargs.get("sliding_window") is None and kwargs.get("softcap") is None
-                 and scaling is not None and math.isclose(scaling, D ** -0.5, rel_tol=1e-6)
+                 and _task_scale(scaling, D)
                  and query.shape[1] % key.shape[1] == 0)
     lens = _decode_lens(query, kwargs) if decodable else None
     if lens is None:
@@ -284,13 +284,18 @@ def _try_attention(result: Adaptation, name: str, module: nn.Module, ops: OpRegi
     return True
 
 
+def _task_scale(scaling, head_dim: int) -> bool:
+    """Does ``scaling`` scale scores as decode_attention does, by 1/sqrt(head_dim)?"""
+    return scaling is not None and math.isclose(scaling, head_dim ** -0.5, rel_tol=1e-6)
+
+
 def _scaling_differs(module) -> str | None:
     """Why decode_attention cannot compute this module's attention, if its scale says so: the task scales
     scores by 1/sqrt(head_dim), and some models choose their own (Granite's attention_multiplier)."""
     scaling, head_dim = getattr(module, "scaling", None), getattr(module, "head_dim", None)
     if not isinstance(scaling, (int, float)) or not isinstance(head_dim, int) or head_dim <= 0:
         return None
-    if math.isclose(scaling, head_dim ** -0.5, rel_tol=1e-6):
+    if _task_scale(scaling, head_dim):
         return None
     return (f"its scores are scaled by {scaling:g}, not 1/sqrt(head_dim) = {head_dim ** -0.5:g} as "
             "decode_attention's are")
